@@ -1,0 +1,55 @@
+"""The kernel source compiles with nvcc alone (no torch headers) for sm_90, every instantiation, no spills."""
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import submission
+
+NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+needs_nvcc = pytest.mark.skipif(NVCC is None and not os.environ.get("MUSE_REQUIRE_NVCC"),
+                                reason="nvcc not installed (CI sets MUSE_REQUIRE_NVCC=1 and has it)")
+
+
+def _count(block_macro):
+    m = re.search(r"#define " + block_macro + r"\((\w+)\)(.*?)\n// ---- END GENERATED", submission.KERNEL_SRC, re.S)
+    return len(re.findall(r"\b" + m.group(1) + r"\(", m.group(2)))
+
+
+@pytest.fixture(scope="module")
+def ptxas_report(tmp_path_factory):
+    assert NVCC, "nvcc is required (MUSE_REQUIRE_NVCC=1) but was not found"
+    d = tmp_path_factory.mktemp("nvcc")
+    src = d / "kernels.cu"
+    src.write_text(submission.KERNEL_SRC)
+    cmd = [NVCC, *submission.NVCC_FLAGS, "-Xptxas", "-v", "-c", str(src), "-o", str(d / "kernels.o")]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, f"nvcc failed:\n{r.stderr[-4000:]}"
+    return r.stderr
+
+
+@needs_nvcc
+def test_kernel_source_compiles_for_sm90_with_every_instantiation(ptxas_report):
+    entries = re.findall(r"Compiling entry function '(\w+)' for 'sm_90'", ptxas_report)
+    n_gemv = sum(1 for e in entries if "gemv_kernel" in e and "gemvz" not in e)
+    n_gemvz = sum(1 for e in entries if "gemvz_kernel" in e)
+    assert n_gemv == _count("GEMV_CONFIGS"), (n_gemv, _count("GEMV_CONFIGS"))
+    assert n_gemvz == _count("GEMVZ_CONFIGS"), (n_gemvz, _count("GEMVZ_CONFIGS"))
+    assert any("unpackz_kernel" in e for e in entries)
+
+
+@needs_nvcc
+def test_no_instantiation_spills_registers(ptxas_report):
+    blocks = re.split(r"ptxas info\s+: Compiling entry function ", ptxas_report)[1:]
+    assert blocks
+    for b in blocks:
+        name = b.split("'")[1]
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", b)
+        assert m, f"no spill line for {name}"
+        assert m.group(2) == "0" and m.group(3) == "0", f"{name} spills: {m.group(0)}"
+
+
+def test_kernel_source_has_no_torch_headers():
+    assert "torch/" not in submission.KERNEL_SRC and "ATen" not in submission.KERNEL_SRC

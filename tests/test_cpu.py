@@ -1,0 +1,270 @@
+"""CPU tests of everything that is not a kernel launch: dispatch rules, tables and build.py, the router's
+hi/lo split, input validation."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import build
+import judge
+import submission as S
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAYERS = judge.LAYERS
+ALL_M = judge.SCORED_M + judge.ODD_M
+
+
+def _compiled(block):
+    m = re.search(r"#define " + block + r"\((\w+)\)(.*?)\n// ---- END GENERATED", S.KERNEL_SRC, re.S)
+    return {tuple(a.strip() for a in args.split(",")) for args in re.findall(m.group(1) + r"\(([^)]*)\)", m.group(2))}
+
+
+def _c3(cfg, m, dual):
+    return (str(cfg.nw), str(cfg.u), str(S.nb_of(m)), "true" if dual else "false", str(cfg.pipe))
+
+
+def _z3(cfg, m):
+    return (str(cfg.nw), str(cfg.ug), str(S.nb_of(m)), str(cfg.pipe))
+
+
+# ---- build.py / tables -----------------------------------------------------------------------------
+def test_build_check_passes_on_the_committed_file():
+    r = subprocess.run([sys.executable, "build.py", "--check"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_build_check_catches_a_stale_table_literal(tmp_path):
+    stale = tmp_path / "submission.py"
+    text = open(os.path.join(ROOT, "submission.py")).read()
+    row = re.search(r'\("router", 1\): GemvConfig\(nw=(\d+)', text)
+    text = text[:row.start(1)] + str(int(row.group(1)) * 2) + text[row.end(1):]
+    stale.write_text(text)
+    r = subprocess.run([sys.executable, "build.py", "--check", "--file", str(stale)], cwd=ROOT, capture_output=True,
+                       text=True)
+    assert r.returncode == 1
+    assert "stale" in r.stderr and '("router", 1)' in r.stdout
+
+
+def test_build_check_catches_a_missing_instantiation(tmp_path):
+    stale = tmp_path / "submission.py"
+    text = open(os.path.join(ROOT, "submission.py")).read()
+    first = re.search(r"\n  C3\([^)]*\) \\", text)
+    stale.write_text(text[:first.start()] + text[first.end():])
+    r = subprocess.run([sys.executable, "build.py", "--check", "--file", str(stale)], cwd=ROOT, capture_output=True,
+                       text=True)
+    assert r.returncode == 1
+
+
+def test_every_table_row_and_default_is_compiled_in():
+    c3, z3 = _compiled("GEMV_CONFIGS"), _compiled("GEMVZ_CONFIGS")
+    for (name, m), cfg in S.CTABLE.items():
+        assert _c3(cfg, m, LAYERS[name]["dtype"] == "fp32") in c3, (name, m, cfg)
+    for (name, m), cfg in S.ZTABLE.items():
+        assert _z3(cfg, m) in z3, (name, m, cfg)
+    for nw, u, pipe in S.DEFAULT_GEMV:
+        for nb in (1, 2, 4):
+            if nw >= nb:
+                for d in ("true", "false"):
+                    assert (str(nw), str(u), str(nb), d, str(pipe)) in c3
+    for nw, ug, pipe in S.DEFAULT_GEMVZ:
+        for nb in (1, 2, 4):
+            if nw >= nb:
+                assert (str(nw), str(ug), str(nb), str(pipe)) in z3
+
+
+def test_ztable_literal_holds_only_rows_that_beat_plain():
+    crows = [{"layer": "a", "m": 1, "us": 10.0}, {"layer": "a", "m": 2, "us": 5.0}, {"layer": "a", "m": 4, "us": None}]
+    zrows = [{"layer": "a", "m": 1, "us": 8.0}, {"layer": "a", "m": 2, "us": 6.0}, {"layer": "a", "m": 4, "us": 9.0}]
+    assert [r["m"] for r in build.z_winners(crows, zrows)] == [1, 4]
+
+
+def test_table_json_rows_round_trip(tmp_path, monkeypatch):
+    monkeypatch.setattr(build, "TABLES", str(tmp_path))
+    obj = {"kind": "plain", "rows": [{"layer": "x", "m": 1, "config": {"nw": 4}, "us": 1.5}]}
+    build.write_table("t.json", obj)
+    assert build.load_json("t.json") == obj
+
+
+# ---- dispatch --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(LAYERS))
+@pytest.mark.parametrize("m", ALL_M)
+def test_every_scored_layer_and_odd_m_gets_a_fitting_compiled_config(name, m):
+    d = LAYERS[name]
+    dual = d["dtype"] == "fp32"
+    comp = True if not dual else "fp32"
+    p = S.plan_for(name, d["N"], d["K"], m, dual, comp)
+    assert p.path in ("plain", "compressed")
+    if p.path == "plain":
+        assert S.gemv_fits(p.config, d["N"], d["K"], m) is None
+        assert _c3(p.config, m, dual) in _compiled("GEMV_CONFIGS")
+    else:
+        assert S.gemvz_fits(p.config, d["N"], d["K"], m) is None
+        assert _z3(p.config, m) in _compiled("GEMVZ_CONFIGS")
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+@pytest.mark.parametrize("m", ALL_M)
+def test_default_rule_divides_evenly_without_tables(name, m):
+    d = LAYERS[name]
+    dual = d["dtype"] == "fp32"
+    for compressed in ((False, True) if not dual else (False,)):
+        cfg = S.default_config(d["N"], d["K"], m, compressed)
+        assert cfg is not None
+        fits = S.gemvz_fits if compressed else S.gemv_fits
+        assert fits(cfg, d["N"], d["K"], m) is None
+        assert d["N"] // 16 * cfg.s <= 2 * S.TARGET_CTAS
+
+
+@pytest.mark.parametrize("N,K", [(16, 64), (48, 192), (1040, 3072), (256, 4160), (528, 1536), (32, 128)])
+@pytest.mark.parametrize("m", [1, 9, 17, 32])
+def test_default_rule_is_sound_for_shapes_in_no_table(N, K, m):
+    p = S.plan_for("nobody", N, K, m, False, True)
+    if p.path == "fallback":
+        assert "no plain config" in p.why
+        assert K // 32 % 4 and S.nb_of(m) > 2       # only K = 64 * odd with m > 16 has no default
+    else:
+        fits = S.gemvz_fits if p.path == "compressed" else S.gemv_fits
+        assert fits(p.config, N, K, m) is None
+
+
+def test_unsupported_shapes_fall_back_and_say_why():
+    assert S.plan_for("x", 100, 1000, 1, False, True).path == "fallback"
+    assert "N % 16" in S.plan_for("x", 100, 1000, 1, False, True).why
+    assert S.plan_for("x", 256, 1024, 33, False, True).why == "m=33 > 32"
+
+
+def test_odd_m_reuses_the_row_of_the_scored_m_above():
+    ct = {("L", 4): S.GemvConfig(4, 1, 1, 1), ("L", 8): S.GemvConfig(8, 1, 1, 1)}
+    p = S.plan_for("L", 256, 1024, 3, False, "n/a", ctable=ct, ztable={})
+    assert p.config == ct[("L", 4)] and "('L', 4)" in p.why
+    p = S.plan_for("L", 256, 1024, 5, False, "n/a", ctable=ct, ztable={})
+    assert p.config == ct[("L", 8)]
+
+
+def test_ztable_row_takes_the_compressed_path_only_when_compressible():
+    zt = {("L", 1): S.GemvzConfig(4, 1, 1, 1)}
+    ct = {("L", 1): S.GemvConfig(4, 1, 1, 1)}
+    assert S.plan_for("L", 256, 1024, 1, False, True, ctable=ct, ztable=zt).path == "compressed"
+    p = S.plan_for("L", 256, 1024, 1, False, "too many exceptions", ctable=ct, ztable=zt)
+    assert p.path == "plain" and "too many exceptions" in p.why
+    assert S.plan_for("L", 256, 1024, 1, False, True, force="plain", ctable=ct, ztable=zt).path == "plain"
+
+
+# ---- the router's hi + lo ---------------------------------------------------------------------------
+def test_hi_lo_split_carries_16_bits():
+    w = torch.randn(64, 256) * 0.02
+    hi, lo = S.split_hi_lo(w)
+    assert hi.dtype == lo.dtype == torch.bfloat16
+    err = (hi.double() + lo.double() - w.double()).abs()
+    assert bool((err <= 2.0 ** -16 * w.double().abs()).all())
+    assert torch.equal(hi, w.to(torch.bfloat16))
+
+
+def test_hi_lo_split_keeps_special_values_finite_in_lo():
+    w = torch.tensor([[float("inf"), float("-inf"), float("nan"), 3.4e38, -3.4e38, 1e-40, 0.0, -0.0]])
+    hi, lo = S.split_hi_lo(w)
+    assert torch.isinf(hi[0, :2]).all() and torch.isnan(hi[0, 2])
+    assert torch.equal(lo[0, :3].float(), torch.zeros(3))
+    s = hi[0, 3:5].double() + lo[0, 3:5].double()
+    assert bool(torch.isfinite(s).all()) and bool(((s - w[0, 3:5].double()).abs() <= 2.0 ** -16 * 3.4e38).all())
+
+
+# ---- input validation (no kernel launch needed) ------------------------------------------------------
+def test_prepare_rejects_bad_weights_naming_expected_and_received():
+    with pytest.raises(TypeError, match="torch.bfloat16 or torch.float32, got torch.float16"):
+        S.prepare("a", torch.zeros(16, 64, dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"2-D \[N, K\], got shape \(16,\)"):
+        S.prepare("a", torch.zeros(16, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="empty"):
+        S.prepare("a", torch.zeros(0, 64, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="torch.Tensor, got list"):
+        S.prepare("a", [[1.0]])
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA tensor, got device cpu"):
+            S.prepare("a", torch.ones(16, 64, dtype=torch.bfloat16))
+
+
+def _cpu_layer(N=32, K=128):
+    L = S.Layer("cpu_layer", torch.ones(N, K, dtype=torch.bfloat16))
+    L.plans = [None] + [S.PlanEntry("fallback", None, "test") for _ in range(S.MAX_M)]
+    return L
+
+
+@pytest.mark.parametrize("x,exc,msg", [
+    (torch.ones(2, 128, dtype=torch.float32), TypeError, "torch.bfloat16, got torch.float32"),
+    (torch.ones(128, dtype=torch.bfloat16), ValueError, r"2-D \[m, K\], got shape \(128,\)"),
+    (torch.ones(2, 64, dtype=torch.bfloat16), ValueError, "x has K=64 but layer 'cpu_layer' has K=128"),
+    (torch.ones(0, 128, dtype=torch.bfloat16), ValueError, "m=0"),
+    (torch.ones(128, 4, dtype=torch.bfloat16).t(), ValueError, "contiguous"),
+    ("not a tensor", TypeError, "torch.Tensor, got str"),
+])
+def test_kernel_fn_rejects_bad_inputs_naming_expected_and_received(x, exc, msg):
+    with pytest.raises(exc, match=msg):
+        S.kernel_fn(x, _cpu_layer())
+
+
+def test_kernel_fn_rejects_a_layer_that_is_not_prepared():
+    with pytest.raises(TypeError, match="submission.prepare"):
+        S.kernel_fn(torch.ones(1, 128, dtype=torch.bfloat16), {"N": 1})
+
+
+def test_kernel_fn_fallback_computes_on_any_device():
+    L = _cpu_layer()
+    x = judge.fresh_x(3, 128, 1, "cpu")
+    y = S.kernel_fn(x, L)
+    assert torch.equal(y, x @ L.weight.t())
+
+
+def test_describe_names_every_m_path():
+    L = _cpu_layer()
+    d = L.describe()
+    assert "m=1..32" in d and "fallback" in d and "m>32" in d
+
+
+# ---- judge helpers ---------------------------------------------------------------------------------
+def test_judge_checkers_catch_a_planted_unwritten_element_and_a_lossy_weight():
+    w = judge.trained_like(32, 128, 1)
+    x = judge.fresh_x(4, 128, 2, "cpu")
+    ref = judge.reference(x, w)
+    good = (x.float() @ w.float().t()).to(torch.bfloat16)
+    judge.check_close(good, ref, False, "ok")
+    bad = good.clone()
+    bad[2, 7] = float("nan")
+    with pytest.raises(judge.CheckFailed, match=r"\[2, 7\]"):
+        judge.check_close(bad, ref, False, "unwritten")
+    lossy = (w.view(torch.int16) & ~1).view(torch.bfloat16)
+    k = int((w.view(torch.int16) & 1).nonzero()[0][1])
+    with pytest.raises(judge.CheckFailed, match="returns"):
+        judge.check_probe(lossy[:, k], w[:, k], False, "lossy")
+    judge.check_probe(w[:, k].clone(), w[:, k], False, "exact")
+
+
+def test_judge_fp32_check_uses_rowwise_normwise_error():
+    w = torch.randn(8, 64)
+    x = judge.fresh_x(2, 64, 3, "cpu")
+    ref = judge.reference(x, w)
+    judge.check_close(ref.float(), ref, True, "exact fp32")
+    off = ref.float().clone()
+    off[1] *= 1 + 1e-4
+    with pytest.raises(judge.CheckFailed, match="row 1 normwise"):
+        judge.check_close(off, ref, True, "fp32 off")
+
+
+def test_judge_score_and_json_schema(tmp_path):
+    rows = [{"layer": "a", "m": 1, "path": "plain", "config": {"nw": 4}, "us": 2.0, "cublas_us": 8.0,
+             "floor_us": 1.0, "speedup": 4.0, "correct": True},
+            {"layer": "b", "m": 2, "path": "compressed", "config": {"nw": 8}, "us": 4.0, "cublas_us": 4.0,
+             "floor_us": 3.0, "speedup": 1.0, "correct": True}]
+    assert judge.score(rows) == pytest.approx(2.0)
+    res = judge.make_result("cpu", rows, True, [])
+    path, png = judge.write_result(res, str(tmp_path / "r.json"))
+    import json
+    back = json.load(open(path))
+    assert set(back) >= {"device", "date", "commit", "score", "rows"}
+    for r in back["rows"]:
+        assert set(r) >= {"layer", "m", "path", "config", "us", "cublas_us", "floor_us", "speedup", "correct"}
+    assert back["score"] == pytest.approx(2.0)

@@ -1,0 +1,31 @@
+"""A small back-to-back graph for compute-sanitizer (racecheck / synccheck): split-K plain (router-style
+DUAL), compressed with exceptions, a chain where one layer reads the other's output, all under PDL."""
+import torch
+
+import judge
+import submission as S
+
+dev = "cuda"
+R = S.prepare("router", judge.trained_like(256, 2048, 1, dev, torch.float32))            # split-K DUAL
+A = S.prepare("small_a", judge.trained_like(512, 1024, 2, dev), path="compressed")
+B = S.prepare("small_b", judge.trained_like(256, 512, 3, dev), path="plain")
+for m, L in ((1, R), (8, A), (32, B)):
+    print(L.describe().splitlines()[0], "|", L.plan(m))
+x = judge.fresh_x(4, 2048, 4, dev)
+xa = judge.fresh_x(8, 1024, 5, dev)
+eager = (S.kernel_fn(x, R).clone(), S.kernel_fn(S.kernel_fn(xa, A), B).clone())
+s = torch.cuda.Stream()
+s.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(s):
+    S.kernel_fn(x, R); S.kernel_fn(S.kernel_fn(xa, A), B)
+torch.cuda.current_stream().wait_stream(s)
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g):
+    y1 = S.kernel_fn(x, R)
+    y1b = S.kernel_fn(x, R)
+    y2 = S.kernel_fn(S.kernel_fn(xa, A), B)
+for _ in range(3):
+    g.replay()
+torch.cuda.synchronize()
+assert torch.equal(y1, eager[0]) and torch.equal(y1b, eager[0]) and torch.equal(y2, eager[1]), "graph != eager"
+print("sanitize case: graph == eager")
