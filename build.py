@@ -81,10 +81,17 @@ def z_winners(crows, zrows):
     return out
 
 
+CONFIG_DEFAULTS = {"r": 1, "pf": 0}
+
+
+def cfg_of(row, f):
+    return row["config"].get(f, CONFIG_DEFAULTS.get(f))
+
+
 def table_literal(name, cls, fields, rows):
     lines = [f"{name} = {{"]
     for r in rows:
-        cfg = ", ".join(f"{f}={r['config'][f]}" for f in fields)
+        cfg = ", ".join(f"{f}={cfg_of(r, f)}" for f in fields)
         lines.append(f"    ({json.dumps(r['layer'])}, {r['m']}): {cls}({cfg}),  # {_comment(r)}")
     lines.append("}")
     return "\n".join(lines)
@@ -105,34 +112,32 @@ def defaults():
 def gemv_instances(crows, layers, default_gemv):
     inst = set()
     for r in crows:
-        c = r["config"]
-        inst.add((c["nw"], c["u"], nb_of(r["m"]), layers[r["layer"]]["dtype"] == "fp32", c["pipe"]))
-    for nw, u, pipe in default_gemv:
+        inst.add((cfg_of(r, "nw"), cfg_of(r, "u"), nb_of(r["m"]), cfg_of(r, "r"),
+                  layers[r["layer"]]["dtype"] == "fp32", cfg_of(r, "pipe")))
+    for nw, u, rr, pipe in default_gemv:
         for nb in (1, 2, 4):
-            if nw >= nb:
-                for dual in (False, True):
-                    inst.add((nw, u, nb, dual, pipe))
+            for dual in (False, True):
+                inst.add((nw, u, nb, rr, dual, pipe))
     return sorted(inst)
 
 
 def gemvz_instances(zrows, default_gemvz):
-    inst = {(r["config"]["nw"], r["config"]["ug"], nb_of(r["m"]), r["config"]["pipe"]) for r in zrows}
-    for nw, ug, pipe in default_gemvz:
+    inst = {(cfg_of(r, "nw"), cfg_of(r, "ug"), nb_of(r["m"]), cfg_of(r, "r"), cfg_of(r, "pipe")) for r in zrows}
+    for nw, ug, rr, pipe in default_gemvz:
         for nb in (1, 2, 4):
-            if nw >= nb:
-                inst.add((nw, ug, nb, pipe))
+            inst.add((nw, ug, nb, rr, pipe))
     return sorted(inst)
 
 
 def c3_block(inst):
-    lines = ["// C3(NW, U, NB, DUAL, PIPE): one compiled gemv_kernel", "#define GEMV_CONFIGS(C3) \\"]
-    body = [f"  C3({nw}, {u}, {nb}, {'true' if d else 'false'}, {p})" for nw, u, nb, d, p in inst]
+    lines = ["// C3(NW, U, NB, R, DUAL, PIPE): one compiled gemv_kernel", "#define GEMV_CONFIGS(C3) \\"]
+    body = [f"  C3({nw}, {u}, {nb}, {r}, {'true' if d else 'false'}, {p})" for nw, u, nb, r, d, p in inst]
     return "\n".join(lines + [b + " \\" for b in body[:-1]] + body[-1:])
 
 
 def z3_block(inst):
-    lines = ["// Z3(NW, UG, NB, PIPE): one compiled gemvz_kernel", "#define GEMVZ_CONFIGS(Z3) \\"]
-    body = [f"  Z3({nw}, {ug}, {nb}, {p})" for nw, ug, nb, p in inst]
+    lines = ["// Z3(NW, UG, NB, R, PIPE): one compiled gemvz_kernel", "#define GEMVZ_CONFIGS(Z3) \\"]
+    body = [f"  Z3({nw}, {ug}, {nb}, {r}, {p})" for nw, ug, nb, r, p in inst]
     return "\n".join(lines + [b + " \\" for b in body[:-1]] + body[-1:])
 
 
@@ -155,9 +160,9 @@ def generate(text):
     zwin = z_winners(crows, zrows)
     dg, dz = defaults()
     text = replace_region(text, PY_BEGIN.format(src="ctable.json"), PY_END,
-                          table_literal("CTABLE", "GemvConfig", ("nw", "s", "u", "pipe"), crows))
+                          table_literal("CTABLE", "GemvConfig", ("nw", "s", "u", "r", "pipe", "pf"), crows))
     text = replace_region(text, PY_BEGIN.format(src="ztable.json"), PY_END,
-                          table_literal("ZTABLE", "GemvzConfig", ("nw", "s", "ug", "pipe"), zwin))
+                          table_literal("ZTABLE", "GemvzConfig", ("nw", "s", "ug", "r", "pipe", "pf"), zwin))
     text = replace_region(text, CU_BEGIN.format(src="ctable.json + DEFAULT_GEMV"), CU_END,
                           c3_block(gemv_instances(crows, layers, dg)))
     text = replace_region(text, CU_BEGIN.format(src="ztable.json + DEFAULT_GEMVZ"), CU_END,

@@ -106,7 +106,7 @@ def check_close(out, ref, fp32_out, what):
     o = out.double()
     ref_nan = torch.isnan(ref)
     if fp32_out:
-        exp = ref
+        exp = ref.float().double()                    # a correctly rounded fp32 result (overflow -> inf)
     else:
         exp = ref.to(torch.bfloat16).double()         # what a correctly rounded bf16 result is
     bad_nan = torch.isnan(o) != torch.isnan(exp)

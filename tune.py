@@ -29,35 +29,38 @@ import judge
 import submission as sub
 
 NWS = (4, 8, 16)
-US = (1, 2, 4, 8)
+US = (1, 2, 4)
 UGS = (1, 2, 4)
+RS = (1, 2, 4)
 PIPES = (0, 1, 2, 3)
+PFS = (0, 1)
 ROOT = os.path.dirname(os.path.abspath(__file__))
 RENAMED = ("gemv_dispatch", "gemvz_dispatch", "gemv_attrs", "gemvz_attrs", "unpackz_launch", "unpackz_kernel")
 
 
 # ---- the candidate extension -----------------------------------------------------------------------
 def instances(nbs, duals):
-    """(kind, template args) of every candidate, minus the obviously register-starved ones."""
+    """(kind, template args) of every candidate, minus those whose shared memory does not fit and the
+    obviously register-starved ones (the compiler's spill report prunes the rest at run time)."""
     out = []
     for nw in NWS:
         for nb in nbs:
-            if nw < nb:
-                continue
-            for pipe in PIPES:
-                for u in US:
-                    for dual in duals:
-                        weights = 2 * u * (2 if dual else 1) * (2 if pipe in (1, 2) else 1)
-                        if 4 * weights + (16 * u * nb if pipe in (1, 2) else 4 * nb) > 200:
-                            continue          # > 200 registers of fragments alone: would spill
-                        out.append(("gemv", (nw, u, nb, dual, pipe)))
-                if False not in duals:
-                    continue
-                for ug in UGS:
-                    frags = 12 * ug * (2 if pipe in (1, 2) else 1) + (8 * ug * nb if pipe in (1, 2) else 8 * nb)
-                    if frags > 200:
+            for r in RS:
+                for pipe in PIPES:
+                    pipelined = pipe in (1, 2)
+                    for u in US:
+                        for dual in duals:
+                            frags = 8 * u * r * (2 if dual else 1) * (2 if pipelined else 1)
+                            regs = frags + (4 * u * nb if pipelined else 4 * nb) + 4 * r * nb
+                            if regs <= 200 and sub.smem_bytes(nw, nb, r, False) <= sub.SMEM_LIMIT:
+                                out.append(("gemv", (nw, u, nb, r, dual, pipe)))
+                    if False not in duals:
                         continue
-                    out.append(("gemvz", (nw, ug, nb, pipe)))
+                    for ug in UGS:
+                        frags = 12 * ug * r * (2 if pipelined else 1)
+                        regs = frags + (8 * ug * nb if pipelined else 8 * nb) + 4 * r * nb + 16
+                        if regs <= 200 and sub.smem_bytes(nw, nb, r, True) <= sub.SMEM_LIMIT:
+                            out.append(("gemvz", (nw, ug, nb, r, pipe)))
     return out
 
 
@@ -78,14 +81,15 @@ def tune_sources(insts, nfiles):
         files.append(head + src)
     sig = {
         "gemv_dispatch": ("int", "const void* x, const void* w, const void* w2, void* out, void* ws, void* sem, int M, "
-                          "int N, int K, int S, int NW, int U, int NB, bool dual, int P, bool pdl, cudaStream_t st",
-                          "x, w, w2, out, ws, sem, M, N, K, S, NW, U, NB, dual, P, pdl, st"),
+                          "int N, int K, int S, int NW, int U, int NB, int R, bool dual, int P, int pf, bool pdl, "
+                          "cudaStream_t st",
+                          "x, w, w2, out, ws, sem, M, N, K, S, NW, U, NB, R, dual, P, pf, pdl, st"),
         "gemvz_dispatch": ("int", "const void* x, const void* w, const void* esc, int capr, void* out, void* ws, "
-                           "void* sem, int M, int N, int K, int S, int NW, int UG, int NB, int P, uint32_t TL, "
-                           "uint32_t TH, int dbg, bool pdl, cudaStream_t st",
-                           "x, w, esc, capr, out, ws, sem, M, N, K, S, NW, UG, NB, P, TL, TH, dbg, pdl, st"),
-        "gemv_attrs": ("int", "int NW, int U, int NB, bool dual, int P, int* res", "NW, U, NB, dual, P, res"),
-        "gemvz_attrs": ("int", "int NW, int UG, int NB, int P, int* res", "NW, UG, NB, P, res"),
+                           "void* sem, int M, int N, int K, int S, int NW, int UG, int NB, int R, int P, uint32_t TL, "
+                           "uint32_t TH, int dbg, int pf, bool pdl, cudaStream_t st",
+                           "x, w, esc, capr, out, ws, sem, M, N, K, S, NW, UG, NB, R, P, TL, TH, dbg, pf, pdl, st"),
+        "gemv_attrs": ("int", "int NW, int U, int NB, int R, bool dual, int P, int* res", "NW, U, NB, R, dual, P, res"),
+        "gemvz_attrs": ("int", "int NW, int UG, int NB, int R, int P, int* res", "NW, UG, NB, R, P, res"),
     }
     cpp = ["#include <cuda_runtime.h>", "#include <stdint.h>"]
     for name, (ret, params, args) in sig.items():
@@ -125,53 +129,46 @@ def build_tune_ext(insts, nfiles=None):
 
 
 # ---- candidates ------------------------------------------------------------------------------------
-def s_options(kblocks, per_cta, rows_blocks):
+def s_options(kblocks, per_cta, row_groups):
     """S values (powers of two) that divide the K blocks and keep the grid below 16 CTAs per SM."""
     out, s = [], 1
-    while kblocks % (s * per_cta) == 0 and rows_blocks * s <= 132 * 16:
+    while kblocks % (s * per_cta) == 0 and row_groups * s <= 132 * 16:
         out.append(s)
         s *= 2
     return out
 
 
 def candidates(ext, N, K, m, dual, compressed):
+    """Every compiled config that fits the shape and does not spill, with every S and pf."""
     nb = sub.nb_of(m)
     out, spilled = [], 0
-    if compressed:
-        for nw in NWS:
-            for ug in UGS:
+    for nw in NWS:
+        for u in (UGS if compressed else US):
+            for r in RS:
+                if N % (16 * r):
+                    continue
                 for pipe in PIPES:
-                    a = ext.gemvz_attrs(nw, ug, nb, pipe)
+                    a = ext.gemvz_attrs(nw, u, nb, r, pipe) if compressed else ext.gemv_attrs(nw, u, nb, r, dual, pipe)
                     if not a:
                         continue
                     if a[1] > 0:
                         spilled += 1
                         continue
-                    for s in s_options(K // 64, nw * ug, N // 16):
-                        c = sub.GemvzConfig(nw, s, ug, pipe)
-                        if not sub.gemvz_fits(c, N, K, m):
-                            out.append(c)
-    else:
-        for nw in NWS:
-            for u in US:
-                for pipe in PIPES:
-                    a = ext.gemv_attrs(nw, u, nb, dual, pipe)
-                    if not a:
-                        continue
-                    if a[1] > 0:
-                        spilled += 1
-                        continue
-                    for s in s_options(K // 32, nw * u, N // 16):
-                        c = sub.GemvConfig(nw, s, u, pipe)
-                        if not sub.gemv_fits(c, N, K, m):
-                            out.append(c)
+                    if (nw + (1 if compressed else 0)) * 32 > a[3]:
+                        continue                  # too many registers for this many threads: cannot launch
+                    kblocks = K // 64 if compressed else K // 32
+                    for s in s_options(kblocks, nw * u, N // (16 * r)):
+                        for pf in PFS:
+                            c = (sub.GemvzConfig if compressed else sub.GemvConfig)(nw, s, u, r, pipe, pf)
+                            if not (sub.gemvz_fits if compressed else sub.gemv_fits)(c, N, K, m):
+                                out.append(c)
     return out, spilled
 
 
 def time_config(Ls, m, cfg, x, replays):
     for L in Ls:
         L.set_config(m, cfg)
-    ms, _ = judge.time_graph([lambda L=L: sub.kernel_fn(x, L) for L in Ls], replays, warmup=2)
+    ms, _ = judge.time_graph([lambda L=L: sub.kernel_fn(x, L) for L in Ls], replays, warmup=1)
     return ms * 1e3 / len(Ls)
 
 
@@ -199,7 +196,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", default=",".join(judge.LAYERS))
     ap.add_argument("--m", default=",".join(map(str, judge.SCORED_M)))
-    ap.add_argument("--screen", type=int, default=5, help="replays per candidate in the screen")
+    ap.add_argument("--screen", type=int, default=3, help="replays per candidate in the screen")
     ap.add_argument("--full", type=int, default=25, help="replays per finalist")
     ap.add_argument("--keep", type=int, default=4, help="finalists per path")
     ap.add_argument("--no-write", action="store_true")

@@ -192,8 +192,8 @@ def test_bad_inputs_raise_naming_expected_and_received(prepared):
 def test_a_config_not_compiled_in_raises_naming_it():
     w = _layer_weight("pooler", 4)
     L = S.prepare("pooler", w, path="plain")
-    L.set_config(1, S.GemvConfig(nw=16, s=2, u=8, pipe=2))
-    with pytest.raises(RuntimeError, match=r"unsupported gemv config C3\(NW=16, U=8, NB=1, DUAL=false, PIPE=2\)"):
+    L.set_config(1, S.GemvConfig(nw=16, s=2, u=8, r=1, pipe=2, pf=0))
+    with pytest.raises(RuntimeError, match=r"unsupported gemv config C3\(NW=16, U=8, NB=1, R=1, DUAL=false, PIPE=2\)"):
         S.kernel_fn(judge.fresh_x(1, w.shape[1], 1, DEV), L)
 
 
@@ -201,11 +201,11 @@ def test_no_compiled_kernel_uses_local_memory():
     import re
     m = re.search(r"#define GEMV_CONFIGS\(C3\)(.*?)// ----", S.KERNEL_SRC, re.S)
     for args in re.findall(r"C3\(([^)]*)\)", m.group(1)):
-        nw, u, nb, d, p = [a.strip() for a in args.split(",")]
-        a = S._EXT.gemv_attrs(int(nw), int(u), int(nb), d == "true", int(p))
+        nw, u, nb, r, d, p = [a.strip() for a in args.split(",")]
+        a = S._EXT.gemv_attrs(int(nw), int(u), int(nb), int(r), d == "true", int(p))
         assert a and a[1] == 0, (args, a)
     m = re.search(r"#define GEMVZ_CONFIGS\(Z3\)(.*?)// ----", S.KERNEL_SRC, re.S)
     for args in re.findall(r"Z3\(([^)]*)\)", m.group(1)):
-        nw, ug, nb, p = [int(a) for a in args.split(",")]
-        a = S._EXT.gemvz_attrs(nw, ug, nb, p)
+        nw, ug, nb, r, p = [int(a) for a in args.split(",")]
+        a = S._EXT.gemvz_attrs(nw, ug, nb, r, p)
         assert a and a[1] == 0, (args, a)
