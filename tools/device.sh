@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (cold + warm import time), GPU tests, judge, optional tuning. Logs under $OUT.
-# usage: tools/device.sh [stages...]   stages: build tests judge judgefull tune sanitize (default: build tests judge)
+# usage: tools/device.sh [stages...]   stages: build tests judge judgefull tune rebuild sanitize
+#        (default: build tests judge); TUNE_ARGS and BUDGET (seconds) from the environment
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -15,7 +16,9 @@ for st in $stages; do
       { /usr/bin/time -f "cold import %e s" python3 -c "import submission"; \
         /usr/bin/time -f "warm import %e s" python3 -c "import submission"; } 2>&1 | tee "$OUT/build.log" | tail -4 ;;
     tests)
-      timeout $(( $(left) / 2 )) python3 -m pytest -q -x --durations=5 tests/test_gpu.py 2>&1 | tee "$OUT/pytest_gpu.log" | tail -25 ;;
+      timeout $(( $(left) / 2 )) python3 -m pytest -q --maxfail=10 --durations=5 tests/test_gpu.py 2>&1 | tee "$OUT/pytest_gpu.log" | tail -25 ;;
+    rebuild)
+      python3 build.py 2>&1 | tee "$OUT/rebuild.log"; cp submission.py "$OUT/submission.py" ;;
     judge)
       timeout $(( $(left) - 20 )) python3 judge.py --quick --no-correctness --json "$OUT/judge_quick.json" 2>&1 | tee "$OUT/judge_quick.log" | tail -40 ;;
     judgefull)
