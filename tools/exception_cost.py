@@ -1,0 +1,26 @@
+"""The exception warp's cost: each compressed scored shape timed as SPEC says (P copies, one graph of P
+back-to-back calls) with the corrections applied (dbg=0) and skipped (dbg=1, wrong results)."""
+import torch
+
+import judge
+import submission as S
+
+print(f"{'layer':<9} {'m':>2} {'capr':>4} {'with':>7} {'skipped':>8} {'cost':>6}")
+for name in ("qkv_gate", "o_proj", "pooler", "unpooler"):
+    d = judge.LAYERS[name]
+    w = judge.trained_like(d["N"], d["K"], 99, "cuda")
+    P = judge.copies_for(d["N"] * d["K"] * 2)
+    Ls = [S.prepare(name, w) for _ in range(P)]
+    for m in (1, 8, 32):
+        if Ls[0].plan(m).path != "compressed":
+            continue
+        x = judge.fresh_x(m, d["K"], m, "cuda")
+        t = []
+        for dbg in (0, 1):
+            for L in Ls:
+                L.dbg = dbg
+            ms, _ = judge.time_graph([lambda L=L: S.kernel_fn(x, L) for L in Ls], 30)
+            t.append(ms * 1e3 / P)
+        print(f"{name:<9} {m:>2} {Ls[0].z.capr:>4} {t[0]:7.2f} {t[1]:8.2f} {t[0] - t[1]:+6.2f}", flush=True)
+    del Ls
+    torch.cuda.empty_cache()
