@@ -536,13 +536,19 @@ def score(rows):
 
 
 def git_sha():
+    """The short commit of this checkout (+ '-dirty' if submission.py differs from it); outside a git checkout
+    (the device machine gets a copy without .git) the hash of submission.py's CUDA source instead."""
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "submission.py"], cwd=ROOT, capture_output=True,
-                               text=True).stdout.strip()
-        return (sha or "nogit") + ("-dirty" if dirty else "")
+        r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        if r.returncode == 0 and r.stdout.strip():
+            d = subprocess.run(["git", "status", "--porcelain", "submission.py"], cwd=ROOT, capture_output=True,
+                               text=True)
+            return r.stdout.strip() + ("-dirty" if d.stdout.strip() else "")
     except OSError:
-        return "nogit"
+        pass
+    os.environ.setdefault("MUSE_BUILD", "0") if "submission" not in sys.modules else None
+    import submission
+    return "src-" + submission._source_hash()
 
 
 def make_result(device_name, rows, correct, failures, extra=None):

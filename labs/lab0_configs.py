@@ -1,0 +1,197 @@
+"""Lab 0: what each tuned config launches, and whether it keeps enough bytes in flight (numpy-free arithmetic).
+
+    python labs/lab0_configs.py
+
+Reads tables/shapes.json, tables/ctable.json and tables/ztable.json. For every table row it prints the
+grid of gemv_kernel / gemvz_kernel (N/(16R) x S), the warps per CTA, the K each warp streams, the bytes a lane
+has in flight right after a load batch, and the bytes in flight per SM against Little's law. It checks that
+every row divides evenly (the kernels use integer divisions: a row that does not divide silently skips
+weights) and exits 1 naming the first bad row. check_row() is what tests/test_labs.py calls.
+Independent oracle: this file shares no code with submission.py (gemv_fits / gemvz_fits restate the same rules).
+"""
+import json
+import math
+import pathlib
+import sys
+
+# %% Motivation ------------------------------------------------------------------------------------
+# A GEMV at m <= 32 is a streaming read of W. HBM keeps 4.8 TB/s busy only if enough bytes are requested
+# and not yet returned at every moment (Little's law: bytes in flight = bandwidth x latency). The knobs
+# are how many CTAs (N/(16R) x S), warps per CTA (NW) and loads per warp before the first use (U, UG, times
+# the R row blocks each warp streams). R also divides the L2 -> SM traffic of x: every CTA reads its K slice
+# of x once, so x costs N/(16R) x m x K x 2 bytes, twice the weight bytes at R = 1, m = 32.
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+TABLES = REPO / "tables"
+SMS = 132                      # H200 SMs
+HBM_BPS = 4.8e12               # bytes / s
+LATENCY_S = 0.7e-6             # load latency under load (guide ch. 2.4)
+LITTLE_PER_SM = HBM_BPS * LATENCY_S / SMS      # ~25.5 kB
+MAX_CTAS_PER_SM = 2            # assumption: registers allow at most 2 resident CTAs of our kernels
+SMEM_LIMIT = 48 * 1024         # static shared memory per CTA
+
+
+def nb_of(m):
+    """8-token blocks per mma K step: 1 for m <= 8, 2 for m <= 16, 4 for m <= 32."""
+    return 1 if m <= 8 else 2 if m <= 16 else 4
+
+
+# %% Layout: the rules a config must satisfy -----------------------------------------------------------
+def check_row(kind, layer, m, config):
+    """Problems of one table row (empty list if it is fine). kind: 'plain' (gemv_kernel) or 'compressed'
+    (gemvz_kernel); layer: {"layer", "N", "K", "dtype"}; config: {"nw", "s", "u" | "ug", "pipe"} and optionally
+    "r" (row blocks per warp, default 1), "pf" (L2 prefetch, 0/1), "pdl" (0/1)."""
+    name, N, K = layer.get("layer", "?"), layer["N"], layer["K"]
+    where = f"{kind} row ('{name}', m={m})"
+    probs = []
+    if kind not in ("plain", "compressed"):
+        return [f"{where}: kind must be 'plain' or 'compressed'"]
+    ukey = "u" if kind == "plain" else "ug"
+    for key in ("nw", "s", ukey, "pipe", "r", "pf", "pdl"):
+        v = config.get(key, {"r": 1, "pf": 0, "pdl": 1}.get(key))
+        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if key in ("pipe", "pf", "pdl") else 1):
+            want = "non-negative" if key in ("pipe", "pf", "pdl") else "positive"
+            probs.append(f"{where}: config field '{key}' = {v!r} is not a {want} int")
+    if probs:
+        return probs
+    nw, s, u, pipe = config["nw"], config["s"], config[ukey], config["pipe"]
+    r, pf, pdl = config.get("r", 1), config.get("pf", 0), config.get("pdl", 1)
+    if not 1 <= m <= 32:
+        probs.append(f"{where}: m={m} outside 1..32")
+    nb = nb_of(m)
+    if pipe > 3:
+        probs.append(f"{where}: PIPE={pipe} not in 0..3")
+    if pf > 1 or pdl > 1:
+        probs.append(f"{where}: pf={pf}, pdl={pdl}: each is 0 or 1")
+    if N % (16 * r):
+        probs.append(f"{where}: N={N} not a multiple of 16*R={16 * r}")
+    smem = nw * r * nb * 32 * 16 + (r * 16 * (nb * 8 + 1) * 4 if kind == "compressed" else 0) + 4
+    if smem > SMEM_LIMIT:
+        probs.append(f"{where}: shared memory NW*R*NB*512 B (+ ecorr) = {smem} B > {SMEM_LIMIT} B")
+    if kind == "plain":
+        if K % 32:
+            probs.append(f"{where}: K={K} not a multiple of 32")
+        elif (K // 32) % (s * nw * u):
+            probs.append(f"{where}: K/32={K // 32} not divisible by S*NW*U={s}*{nw}*{u}={s * nw * u}")
+    else:
+        if layer.get("dtype") == "fp32":
+            probs.append(f"{where}: fp32 weights take the DUAL plain path, never the compressed one")
+        if K % 64:
+            probs.append(f"{where}: K={K} not a multiple of 64")
+        elif (K // 64) % (s * nw * u):
+            probs.append(f"{where}: K/64={K // 64} not divisible by S*NW*UG={s}*{nw}*{u}={s * nw * u}")
+    return probs
+
+
+# %% Emulation: what a config launches -----------------------------------------------------------------
+def launch_numbers(kind, layer, config):
+    """Grid, warps, K per warp, bytes in flight per lane and per SM for one row."""
+    N, K = layer["N"], layer["K"]
+    nw, s, r = config["nw"], config["s"], config.get("r", 1)
+    ctas = N // (16 * r) * s
+    if kind == "plain":
+        dual = layer.get("dtype") == "fp32"             # the router streams hi and lo
+        lane_bytes = config["u"] * r * 2 * 16 * (2 if dual else 1)
+        warps = nw
+    else:
+        lane_bytes = config["ug"] * r * 3 * 16
+        warps = nw + 1                                   # + the exception warp (it streams no weights)
+    per_sm_ctas = min(math.ceil(ctas / SMS), MAX_CTAS_PER_SM)
+    sm_bytes = 32 * nw * lane_bytes * per_sm_ctas        # streaming warps only
+    return dict(grid=(N // (16 * r), s), ctas=ctas, warps=warps, k_per_warp=K // (s * nw), lane_bytes=lane_bytes,
+                ctas_per_sm=per_sm_ctas, sm_bytes=sm_bytes, little=sm_bytes / LITTLE_PER_SM)
+
+
+def fmt_cfg(kind, c):
+    u = f"u={c['u']}" if kind == "plain" else f"ug={c['ug']}"
+    return (f"nw={c['nw']} s={c['s']} {u} r={c.get('r', 1)} pipe={c['pipe']} pf={c.get('pf', 0)} "
+            f"pdl={c.get('pdl', 1)}")
+
+
+def print_row(kind, layer, m, config, note=""):
+    n = launch_numbers(kind, layer, config)
+    grid = f"{n['grid'][0]}x{n['grid'][1]}"
+    print(f"  {kind:<10} {layer['layer']:<9} m={m:<3} {fmt_cfg(kind, config):<40} grid {grid:<7} {n['ctas']:>4} CTAs "
+          f"{n['warps']:>2} warps  K/warp {n['k_per_warp']:>5}  {n['lane_bytes']:>4} B/lane  "
+          f"{n['ctas_per_sm']} CTA/SM  {n['sm_bytes'] / 1000:6.1f} kB/SM = {n['little']:4.2f} x Little{note}")
+    return n
+
+
+# %% Check ---------------------------------------------------------------------------------------------
+def load(name):
+    with open(TABLES / name) as f:
+        return json.load(f)
+
+
+def main():
+    shapes = load("shapes.json")
+    layers = {l["layer"]: l for l in shapes["layers"]}
+    tables = [("plain", "ctable.json"), ("compressed", "ztable.json")]
+    print(f"Little's law: {HBM_BPS / 1e12:.1f} TB/s x {LATENCY_S * 1e6:.1f} us / {SMS} SMs = "
+          f"{LITTLE_PER_SM / 1000:.1f} kB in flight per SM (kB = 1000 B)")
+    print(f"assumption: resident CTAs per SM = min(ceil(CTAs / {SMS}), {MAX_CTAS_PER_SM}) (launch spread evenly, "
+          f"registers allow at most {MAX_CTAS_PER_SM}); per-SM bytes count streaming warps only\n")
+    bad = []
+    n_rows = 0
+    tabled = {}
+    for kind, fname in tables:
+        rows = load(fname)["rows"]
+        print(f"{fname}: {len(rows)} rows ({kind})")
+        for row in rows:
+            n_rows += 1
+            name, m, cfg = row["layer"], row["m"], row["config"]
+            if name not in layers:
+                bad.append(f"{kind} row ('{name}', m={m}): layer not in shapes.json")
+                continue
+            probs = check_row(kind, layers[name], m, cfg)
+            if probs:
+                bad.extend(probs)
+                print(f"  {kind:<10} {name:<9} m={m:<3} {fmt_cfg(kind, cfg) if 'nw' in cfg else cfg}  BAD: {probs[0]}")
+                continue
+            tabled[(kind, name, m)] = cfg
+            print_row(kind, layers[name], m, cfg)
+    if bad:
+        for b in bad:
+            print(f"MISMATCH: {b}")
+        raise SystemExit(1)
+    print(f"verified: all {n_rows} table rows divide evenly (N % 16R, K blocks % (S*NW*U|UG), shared memory fits)")
+
+    # odd m reuse the config of the smallest tabled m above them with the same NB (same instantiation)
+    for name, layer in layers.items():
+        for m in shapes["odd_m"]:
+            for kind in ("compressed", "plain"):
+                refs = sorted(mm for (k, n, mm) in tabled
+                              if k == kind and n == name and mm >= m and nb_of(mm) == nb_of(m))
+                if refs:
+                    probs = check_row(kind, layer, m, tabled[(kind, name, refs[0])])
+                    if probs:
+                        print(f"MISMATCH: odd m={m} of '{name}' via ({kind}, m={refs[0]}): {probs[0]}")
+                        raise SystemExit(1)
+    print(f"verified: odd m {shapes['odd_m']} fit the configs of the tabled m they reuse (same NB)")
+
+    print("\nworked examples (not table rows):")
+    guide = dict(nw=16, s=4, u=4, pipe=3)
+    n = print_row("plain", layers["router"], 1, guide, "   <- guide ch. 6 exercise")
+    ok = n["ctas"] == 64 and n["lane_bytes"] == 256 and not check_row("plain", layers["router"], 1, guide)
+    if not ok:
+        print("MISMATCH: router m=1 S=4 should be 16 x 4 = 64 CTAs, 4 blocks x 4 loads x 16 B = 256 B per lane")
+        raise SystemExit(1)
+    print("verified: router (N=256) at m=1 with S=4: grid 16 x 4 = 64 CTAs; DUAL: 4 blocks x (2 hi + 2 lo) loads "
+          "x 16 B = 256 B per lane")
+    zex = dict(nw=16, s=1, ug=1, pipe=2)
+    n = print_row("compressed", layers["pooler"], 1, zex, "   <- STYLE.md's example row")
+    if check_row("compressed", layers["pooler"], 1, zex) or n["warps"] != 17 or n["lane_bytes"] != 48:
+        print("MISMATCH: pooler m=1 GemvzConfig(16, 1, 1, 2) should fit, 17 warps, 48 B per lane")
+        raise SystemExit(1)
+    print("verified: compressed pooler m=1 nw=16 ug=1: 16 + 1 warps per CTA, UG x 3 x 16 B = 48 B per lane")
+    probe = check_row("plain", layers["router"], 1, dict(nw=8, s=3, u=2, pipe=1))
+    if not probe:
+        print("MISMATCH: S=3 on the router should not divide K/32 = 256")
+        raise SystemExit(1)
+    print(f"verified: a bad row is caught: {probe[0]}")
+    print("lab0: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,454 @@
+"""Lab 3: the lossless 12-bit weight format (pack_z + decz) emulated bit for bit, and gemvz_kernel in miniature.
+
+    python labs/lab3_compress.py
+
+Part 1 emulates the two integer instructions of the decoder (prmt, lop3) and decz with the CUDA's hex
+constants. Part 2 packs weights into the 12-bit stream (pack_z_np, written from the spec, byte-identical to
+submission.pack_z: tests/test_labs.py compares them), decodes it with decz and applies the exception
+corrections (restore_np): trained-looking weights, special values, random bit patterns. Part 3 runs
+gemvz_kernel's loops (streaming warps + exception warp) and a judge-style probe on an exception column.
+Independent oracle: this file shares no code with submission.py.
+"""
+import sys
+
+import numpy as np
+
+# %% Motivation ------------------------------------------------------------------------------------
+# A bf16 is s | e7..e0 | m6..m0. Trained weights use few exponents: the "class" e7..e1 (bits 14..8) of
+# almost every weight is one of 8 values. Store the low byte verbatim (8 bits), the class as a 3-bit index
+# into an 8-entry window and the sign (1 bit): 12 bits per weight, 25% fewer bytes than bf16, fixed rate.
+# Weights whose class is out of the window decode to a fixed in-window value v; an fp32 correction
+# c = fl32(W - v) in a side table makes v + c == W exactly, added by one extra warp.
+
+
+def check(ok, what):
+    """Print what was verified; on a mismatch print it and exit non-zero."""
+    if not ok:
+        print(f"MISMATCH: {what}")
+        raise SystemExit(1)
+    print(f"verified: {what}")
+
+
+U32 = np.uint32
+ZSIGN_BIT = (7, 15, 23, 31, 3, 11, 19, 27)   # code-word bit of the sign of fragment element j
+
+
+# %% Emulation: one numpy function per PTX helper ------------------------------------------------------
+def prmt(a, b, sel):
+    """prmt.b32 (default mode): byte i of the result is byte (nibble i of sel) & 7 of the 8 bytes {b, a}
+    (bytes 0..3 from a, 4..7 from b); if the nibble's bit 3 is set, the selected byte's bit 7 is
+    replicated over the whole byte (sign mode). Only the low 4 nibbles of sel are used."""
+    a, b, sel = (np.asarray(v, dtype=U32) for v in (a, b, sel))
+    src = [(a >> U32(8 * i)) & U32(0xFF) for i in range(4)] + [(b >> U32(8 * i)) & U32(0xFF) for i in range(4)]
+    d = np.zeros(np.broadcast(a, b, sel).shape, U32)
+    for i in range(4):
+        nib = (sel >> U32(4 * i)) & U32(0xF)
+        byte = np.choose((nib & U32(7)).astype(np.intp), src).astype(U32)
+        byte = np.where((nib & U32(8)) != 0, np.where((byte & U32(0x80)) != 0, U32(0xFF), U32(0)), byte).astype(U32)
+        d |= byte << U32(8 * i)
+    return d
+
+
+def lop3_or_and(a, b, c):
+    """lop3.b32 with truth table 0xF8: a | (b & c)."""
+    a, b, c = (np.asarray(v, dtype=U32) for v in (a, b, c))
+    return a | (b & c)
+
+
+def decz(lo0, lo1, c, TL, TH):
+    """One A fragment (registers x, y, z, w; element j in register j >> 1, half j & 1) from the low bytes of
+    j0..j3 (lo0) and j4..j7 (lo1), the code word c and the window words TL, TH. Same constants as the CUDA."""
+    c = np.asarray(c, dtype=U32)
+    h0 = lop3_or_and(prmt(TL, TH, c & U32(0x7777)), c, U32(0x80808080))
+    h1 = lop3_or_and(prmt(TL, TH, (c >> U32(16)) & U32(0x7777)), c << U32(4), U32(0x80808080))
+    x = prmt(lo0, h0, 0x5140)   # {lo j0, hi j0, lo j1, hi j1}
+    y = prmt(lo0, h0, 0x7362)   # {lo j2, hi j2, lo j3, hi j3}
+    z = prmt(lo1, h1, 0x5140)
+    w = prmt(lo1, h1, 0x7362)
+    return x, y, z, w
+
+
+# %% bf16 helpers ------------------------------------------------------------------------------------------
+def f32_of_bf16(u16):
+    return (np.asarray(u16).astype(U32) << U32(16)).view(np.float32)
+
+
+def bf16_rne(f):
+    """float64 / float32 values -> bf16 bits, rounded to nearest even straight from the value given (one
+    rounding, on the float64 bits: keep 7 of 52 mantissa bits). Finite inputs whose bf16 is normal or zero."""
+    u = np.asarray(f, np.float64).view(np.uint64)
+    r = ((u + np.uint64((1 << 44) - 1) + ((u >> np.uint64(45)) & np.uint64(1))) >> np.uint64(45)) << np.uint64(45)
+    return (r.view(np.float64).astype(np.float32).view(U32) >> U32(16)).astype(np.uint16)
+
+
+def trained_like_np(N, K, seed):
+    """bf16 bit patterns (uint16 [N, K]) that look like trained weights: per-row scale 0.02*exp(N(0, 0.1)),
+    Student-t (df 6) values normalised to unit variance, about 1e-4 of them exactly +0.0."""
+    rng = np.random.default_rng(seed)
+    scale = 0.02 * np.exp(rng.normal(0.0, 0.1, (N, 1)))
+    w = scale * rng.standard_t(6, (N, K)) / np.sqrt(6.0 / 4.0)
+    w[rng.random((N, K)) < 1e-4] = 0.0
+    return bf16_rne(w)
+
+
+def same_bits(a, b):
+    """Bitwise equality of bf16 arrays, except that two NaNs count as equal (pack_z's acceptance rule)."""
+    a, b = np.asarray(a, np.uint16), np.asarray(b, np.uint16)
+    nan = lambda u: ((u & 0x7F80) == 0x7F80) & ((u & 0x7F) != 0)
+    return (a == b) | (nan(a) & nan(b))
+
+
+# %% Layout: where fragment element (lane, f, j) of a 64-wide group lives --------------------------------
+def frag_pos(lane, f, j):
+    """Fragment f = 2*kb2 + s (mma step s of 32-wide block kb2 of the group), element j = 4p + 2h + e of
+    lane (g, t) -> (row in the 16-row block, k in the 64-wide group), the element mapping of pack_plain."""
+    g, t = lane >> 2, lane & 3
+    kb2, s = f >> 1, f & 1
+    p, h, e = j >> 2, (j >> 1) & 1, j & 1
+    return g + 8 * h, 32 * kb2 + 8 * t + 4 * s + 2 * p + e
+
+
+def choose_window(hist, with_zero):
+    """The 8 most frequent classes (ties to the smaller class), ascending; with_zero forces class 0 in."""
+    order = [int(c) for c in np.argsort(-hist, kind="stable")]
+    chosen = [0] + [c for c in order if c != 0][:7] if with_zero else order[:8]
+    return sorted(chosen)
+
+
+def pack_z_np(W):
+    """bf16 bits W (uint16 [N, K], N % 16 == 0, K % 64 == 0) -> the 12-bit format as a dict:
+    stream uint8 [N/16, K/64, 1536], esc int32 [N, max(capr, 1), 2] = {k, fp32 bits of c}, capr, window,
+    TL, TH, mode ('8-class' | 'zero-class'), n_exc, exc_cols."""
+    W = np.asarray(W, np.uint16)
+    N, K = W.shape
+    if N % 16 or K % 64:
+        raise ValueError(f"pack_z_np needs N % 16 == 0 and K % 64 == 0, got N={N}, K={K}")
+    bits = W.astype(U32)
+    cls, sgn, lo = (bits >> U32(8)) & U32(0x7F), bits >> U32(15), bits & U32(0xFF)
+    hist = np.bincount(cls.ravel().astype(np.intp), minlength=128)
+    target_all = f32_of_bf16(W)
+    for with_zero in (False, True):
+        window = choose_window(hist, with_zero)
+        lut = np.full(128, -1, np.int64)
+        lut[window] = np.arange(8)
+        idx = lut[cls]
+        exc = idx < 0
+        if 0 in window:                                   # v = +0
+            v_idx, v_sgn = window.index(0), np.zeros_like(sgn)
+        else:                                             # v = smallest window class, W's sign, low byte 0
+            v_idx, v_sgn = 0, sgn
+        v_bits = (v_sgn << U32(15)) | U32(window[v_idx] << 8)
+        er, ek = np.nonzero(exc)                          # row-major: sorted by (row, k)
+        v = f32_of_bf16(v_bits[er, ek])
+        target = target_all[er, ek]
+        with np.errstate(all="ignore"):
+            corr = (target - v).astype(np.float32)
+            back = (v + corr).astype(np.float32)
+        ok = (back.view(U32) == target.view(U32)) | (np.isnan(back) & np.isnan(target))
+        if ok.all():
+            break
+    mode = "zero-class" if with_zero else "8-class"
+    idx = np.where(exc, v_idx, idx).astype(U32)
+    sgn = np.where(exc, v_sgn, sgn).astype(U32)
+    lo = np.where(exc, 0, lo).astype(U32)
+
+    n_exc = int(er.size)
+    counts = np.bincount(er, minlength=N)
+    capr = int(counts.max()) if n_exc else 0
+    esc = np.zeros((N, max(capr, 1), 2), np.int32)
+    rank = np.arange(n_exc) - (np.cumsum(counts) - counts)[er]
+    esc[er, rank, 0] = ek
+    esc[er, rank, 1] = corr.view(np.int32)
+
+    RB, KG = N // 16, K // 64
+    idx4, sgn4, lo4 = (a.reshape(RB, 16, KG, 64) for a in (idx, sgn, lo))   # [rb, row, G, k]
+    stream = np.zeros((RB, KG, 96, 16), np.uint8)        # 96 units of 16 B per (rb, G)
+    for lane in range(32):
+        for f in range(4):
+            word = np.zeros((RB, KG), U32)
+            for j in range(8):
+                row, k = frag_pos(lane, f, j)
+                stream[:, :, 32 * (f >> 1) + lane, 8 * (f & 1) + j] = lo4[:, row, :, k]      # A0 (f0 f1), A1 (f2 f3)
+                word |= (idx4[:, row, :, k] << U32(4 * j)) | (sgn4[:, row, :, k] << U32(ZSIGN_BIT[j]))
+            for byte in range(4):                                                          # B: little-endian words
+                stream[:, :, 64 + lane, 4 * f + byte] = (word >> U32(8 * byte)) & U32(0xFF)
+    TL = window[0] | window[1] << 8 | window[2] << 16 | window[3] << 24
+    TH = window[4] | window[5] << 8 | window[6] << 16 | window[7] << 24
+    return dict(stream=stream.reshape(RB, KG, 1536), esc=esc, capr=capr, window=window, TL=TL, TH=TH,
+                mode=mode, n_exc=n_exc, exc_cols=sorted(set(int(k) for k in ek)))
+
+
+def lane_units(stream, lane):
+    """What lane reads of every (rb, G): A0, A1, B as [RB, KG, 4] little-endian uint32 words."""
+    words = np.ascontiguousarray(stream).reshape(stream.shape[0], stream.shape[1], 96, 16).view("<u4")
+    return words[:, :, lane], words[:, :, 32 + lane], words[:, :, 64 + lane]
+
+
+def decz_group(A0, A1, B, TL, TH):
+    """The 4 fragments of a lane's 64-wide group, as the kernel decodes them."""
+    return [decz(A0[..., 0], A0[..., 1], B[..., 0], TL, TH), decz(A0[..., 2], A0[..., 3], B[..., 1], TL, TH),
+            decz(A1[..., 0], A1[..., 1], B[..., 2], TL, TH), decz(A1[..., 2], A1[..., 3], B[..., 3], TL, TH)]
+
+
+def unpack_z_np(stream, N, K, TL, TH):
+    """Decode the stream with decz to bf16 bits [N, K] (exceptions still at v: no corrections)."""
+    RB, KG = N // 16, K // 64
+    out = np.zeros((RB, 16, KG, 64), np.uint16)
+    for lane in range(32):
+        frags = decz_group(*lane_units(stream, lane), TL, TH)
+        for f in range(4):
+            for j in range(8):
+                row, k = frag_pos(lane, f, j)
+                out[:, row, :, k] = (frags[f][j >> 1] >> U32(16 * (j & 1))) & U32(0xFFFF)
+    return out.reshape(N, K)
+
+
+def restore_np(decoded, esc):
+    """Apply v + c (fp32) for every used side-table slot; the bf16 is the upper half of the fp32 sum."""
+    N, capr, _ = esc.shape
+    e = esc.reshape(-1, 2)
+    rows = np.repeat(np.arange(N), capr)
+    used = e[:, 1] != 0                                   # {0, 0} pads (a real correction is never +0.0)
+    r, k, c = rows[used], e[used, 0], e[used, 1].view(np.float32)
+    with np.errstate(all="ignore"):
+        back = (f32_of_bf16(decoded[r, k]) + c).astype(np.float32)
+    out = np.array(decoded, np.uint16, copy=True)
+    out[r, k] = (back.view(U32) >> U32(16)).astype(np.uint16)
+    return out
+
+
+# %% Emulation: gemvz_kernel in miniature -------------------------------------------------------------
+LANES = np.arange(32)
+_G, _T = LANES >> 2, LANES & 3
+# mma ownership (PTX m16n8k16): A element j of lane -> (row, mma k); B b0..b3 -> (mma k, n); C c0..c3 -> (row, n)
+A_ROW = np.array([[_g + 8 * ((j >> 1) & 1) for j in range(8)] for _g in _G])
+A_K = np.array([[2 * _t + (j & 1) + 8 * (j >> 2) for j in range(8)] for _t in _T])
+B_K = np.array([[2 * _t + (i & 1) + 8 * (i >> 1) for i in range(4)] for _t in _T])
+B_N = np.repeat(_G[:, None], 4, axis=1)
+C_ROW = np.array([[_g + 8 * (i >> 1) for i in range(4)] for _g in _G])
+C_N = np.array([[2 * _t + (i & 1) for i in range(4)] for _t in _T])
+
+
+def nb_of(m):
+    return 1 if m <= 8 else 2 if m <= 16 else 4
+
+
+def mma16816(d, a, b0, b1):
+    """Warp-wide D = A.B + C: exact products, one rounding to fp32 per mma (how close the tensor core's
+    internal sum is to this does not matter here: the checks use a tolerance, or one nonzero term)."""
+    A, B, C = np.zeros((16, 16)), np.zeros((16, 8)), np.zeros((16, 8))
+    A[A_ROW, A_K] = a
+    B[B_K, B_N] = np.concatenate([b0, b1], axis=1)
+    C[C_ROW, C_N] = d
+    return (A @ B + C).astype(np.float32)[C_ROW, C_N]
+
+
+def frag_values(f):
+    """decz registers (x, y, z, w) of 32 lanes -> [32, 8] fp32 values of elements j0..j7."""
+    regs = np.stack(f, axis=-1)                                         # [32, 4]
+    halves = np.stack([regs & U32(0xFFFF), regs >> U32(16)], axis=-1)   # [32, 4, 2]
+    return f32_of_bf16(halves.reshape(32, 8)).astype(np.float64)
+
+
+def ld_x(xflat, ptr):
+    """16 bytes of x per lane: 8 consecutive bf16 (here: values) from element offset ptr[l]."""
+    return xflat[ptr[:, None] + np.arange(8)]
+
+
+def load_zbatch(words, wp, i, UG):
+    """UG 64-wide groups per lane: units A0, A1, B at +0, +32, +64 (each a warp-wide 512-byte load)."""
+    return [[words[wp + (i + u) * 96 + off] for off in (0, 32, 64)] for u in range(UG)]
+
+
+def store_tile(y, r, rb, M):
+    """Thread tid < NB*32: value q of lane tid & 31, token block tid >> 5 -> (token, row); tokens >= M dropped."""
+    for tid in range(r.shape[0]):
+        lane, nb = tid & 31, tid >> 5
+        for q in range(4):
+            tok, row = nb * 8 + 2 * (lane & 3) + (q & 1), rb * 16 + (lane >> 2) + 8 * (q >> 1)
+            if tok < M:
+                y[tok, row] = r[tid, q]
+
+
+def gemvz_emulate(stream, esc, TL, TH, x, N, K, nw, s, ug, corrections=True):
+    """y [m, N] as gemvz_kernel<NW=nw, UG=ug, NB> with S = s computes it, in fp32 (returned as float64,
+    before store_tile's bf16 rounding). x: [m, K] values. corrections=False is dbg & 1 (skip them)."""
+    x = np.asarray(x, np.float64)
+    M = x.shape[0]
+    NB, NW, S, UG = nb_of(M), nw, s, ug
+    KG = K // 64
+    if N % 16 or K % 64 or KG % (S * NW * UG) or NW < NB or M > 32:
+        raise ValueError(f"config NW={NW} S={S} UG={UG} does not fit N={N}, K={K}, m={M}")
+    KGS, KGW = KG // S, KG // S // NW
+    capr = esc.shape[1]
+    words = np.ascontiguousarray(stream).reshape(-1, 16).view("<u4")   # 16-byte units, 4 words each
+    xflat = x.reshape(-1)
+    y = np.full((M, N), np.nan)
+    for rb in range(N // 16):                                            # blockIdx.x
+        ws = np.zeros((S, NB * 32, 4), np.float32)
+        for sidx in range(S):                                            # blockIdx.y
+            red = np.zeros((NW, NB * 32, 4), np.float32)
+            ecorr = np.zeros((16, NB * 8), np.float32)
+            # warp NW: the exception warp. lane -> row r = lane & 15, tokens p, p+2, ... (p = lane >> 4)
+            klo, khi = sidx * KGS * 64, (sidx + 1) * KGS * 64
+            for lane in range(32):
+                r, p = lane & 15, lane >> 4
+                ea = np.zeros(NB * 4, np.float32)
+                if corrections:
+                    for j in range(capr):
+                        k, cbits = (int(v) for v in esc[rb * 16 + r, j])
+                        if cbits == 0 or k >= khi:                       # sorted by k, empty slots last
+                            break
+                        if k < klo:
+                            continue
+                        d = np.int32(cbits).view(np.float32)
+                        for q in range(NB * 4):
+                            tok = p + 2 * q
+                            if tok < M:                                  # fma: one rounding
+                                ea[q] = np.float32(float(ea[q]) + float(d) * x[tok, k])
+                for q in range(NB * 4):
+                    ecorr[r, p + 2 * q] = ea[q]
+            # warps 0..NW-1: the streaming warps
+            for warp in range(NW):
+                g0 = sidx * KGS + warp * KGW
+                wp = (rb * KG + g0) * 96 + LANES
+                xr = [np.minimum(nb * 8 + _G, M - 1) * K + g0 * 64 + _T * 8 for nb in range(NB)]
+                acc = np.zeros((NB, 32, 4), np.float32)
+                for i in range(0, KGW, UG):
+                    z = load_zbatch(words, wp, i, UG)
+                    for u in range(UG):
+                        xa = [ld_x(xflat, xr[nb] + (i + u) * 64) for nb in range(NB)]
+                        xb = [ld_x(xflat, xr[nb] + (i + u) * 64 + 32) for nb in range(NB)]
+                        A0, A1, B = z[u]
+                        f = [frag_values(fr) for fr in decz_group(A0, A1, B, TL, TH)]
+                        for nb in range(NB):
+                            acc[nb] = mma16816(acc[nb], f[0], xa[nb][:, 0:2], xa[nb][:, 2:4])
+                            acc[nb] = mma16816(acc[nb], f[1], xa[nb][:, 4:6], xa[nb][:, 6:8])
+                            acc[nb] = mma16816(acc[nb], f[2], xb[nb][:, 0:2], xb[nb][:, 2:4])
+                            acc[nb] = mma16816(acc[nb], f[3], xb[nb][:, 4:6], xb[nb][:, 6:8])
+                for nb in range(NB):
+                    red[warp, nb * 32:(nb + 1) * 32] = acc[nb]
+            # after the barrier: threads tid < NB*32 sum the warps, then add the corrections
+            r = np.zeros((NB * 32, 4), np.float32)
+            for wi in range(NW):
+                r = (r + red[wi]).astype(np.float32)
+            tid = np.arange(NB * 32)
+            g, t, nbo = (tid & 31) >> 2, tid & 3, tid >> 5
+            r[:, 0] += ecorr[g, nbo * 8 + 2 * t]
+            r[:, 1] += ecorr[g, nbo * 8 + 2 * t + 1]
+            r[:, 2] += ecorr[g + 8, nbo * 8 + 2 * t]
+            r[:, 3] += ecorr[g + 8, nbo * 8 + 2 * t + 1]
+            ws[sidx] = r
+        r = ws[0] if S == 1 else np.zeros((NB * 32, 4), np.float32)
+        for sidx in range(S if S > 1 else 0):                          # split-K: fixed order
+            r = (r + ws[sidx]).astype(np.float32)
+        store_tile(y, r, rb, M)
+    return y
+
+
+# %% Check ---------------------------------------------------------------------------------------------
+def part1():
+    print("# Part 1: prmt, lop3, decz")
+    check(int(prmt(0x33221100, 0x77665544, 0x3210)) == 0x33221100, "prmt selector 0x3210 returns a")
+    check(int(prmt(0x33221100, 0x77665544, 0x5140)) == 0x55114400,
+          "prmt selector 0x5140 interleaves bytes {a0, b0, a1, b1} = 0x55114400")
+    check(int(prmt(0x00008001, 0, 0x9988)) == 0xFFFF0000,
+          "prmt sign mode (nibble bit 3): 0x01 -> 0x00, 0x80 -> 0xFF")
+    # decz on a hand-made fragment: j = 0..7 with distinct classes, low bytes and signs
+    window = [0x30, 0x38, 0x3A, 0x3B, 0x3C, 0x3D, 0x3E, 0x3F]
+    TL = window[0] | window[1] << 8 | window[2] << 16 | window[3] << 24
+    TH = window[4] | window[5] << 8 | window[6] << 16 | window[7] << 24
+    rng = np.random.default_rng(3)
+    ok = True
+    for _ in range(500):
+        wi, lob, sg = rng.integers(0, 8, 8), rng.integers(0, 256, 8), rng.integers(0, 2, 8)
+        want = [(sg[j] << 15) | (window[wi[j]] << 8) | lob[j] for j in range(8)]
+        c = sum(int(wi[j]) << (4 * j) | int(sg[j]) << ZSIGN_BIT[j] for j in range(8))
+        lo0 = sum(int(lob[j]) << (8 * j) for j in range(4))
+        lo1 = sum(int(lob[4 + j]) << (8 * j) for j in range(4))
+        regs = [int(v) for v in decz(lo0, lo1, c, TL, TH)]
+        got = [(regs[j >> 1] >> (16 * (j & 1))) & 0xFFFF for j in range(8)]
+        ok &= got == [int(v) for v in want]
+    check(bool(ok), "decz (0x7777, 0x80808080, 0x5140, 0x7362, >> 16, << 4) rebuilds 8 bf16 of 500 random fragments")
+
+
+def roundtrip(name, W):
+    N, K = W.shape
+    z = pack_z_np(W)
+    dec = unpack_z_np(z["stream"], N, K, z["TL"], z["TH"])
+    back = restore_np(dec, z["esc"])
+    rate = z["n_exc"] / W.size
+    print(f"  {name}: {N}x{K}, mode {z['mode']}, window {[hex(c) for c in z['window']]}, {z['n_exc']} exceptions "
+          f"({100 * rate:.4f}%), capr {z['capr']}, side table {64 * z['capr'] / K:.3f} bit/weight padded, "
+          f"{64 * rate:.4f} bit/weight read")
+    check(z["stream"].nbytes * 8 == 12 * W.size, f"{name}: stream is 12 bits per weight ({z['stream'].nbytes} B)")
+    exact = back == W
+    nan_only = same_bits(back, W)
+    check(bool(nan_only.all()), f"{name}: decz + corrections restore W bit for bit"
+          + ("" if exact.all() else f" ({int((~exact).sum())} signalling NaN(s) come back quiet: NaN == NaN)"))
+    return z, dec, back
+
+
+def part2():
+    print("\n# Part 2: the 12-bit format, round trips")
+    W = trained_like_np(256, 1024, seed=0)
+    roundtrip("trained-looking", W)
+    rng = np.random.default_rng(4)
+    Ws = W.copy()
+    specials = [0x0000, 0x8000, 0x0001, 0x8001, 0x007F, 0x0040, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x7F7F, 0xFF7F]
+    pos = rng.choice(W.size, 4 * len(specials), replace=False)
+    Ws.reshape(-1)[pos] = np.array(specials * 4, np.uint16)
+    roundtrip("special values (+-0, subnormals, +-Inf, NaN, +-0x7F7F)", Ws)
+    Wr = rng.integers(0, 65536, (64, 256)).astype(np.uint16)
+    roundtrip("random bit patterns", Wr)
+    Wz = trained_like_np(64, 512, seed=5)
+    Wz[rng.random(Wz.shape) < 0.2] = 0
+    z, _, _ = roundtrip("20% exact zeros (class 0 in the window)", Wz)
+    check(0 in z["window"] and z["mode"] == "8-class", "zeros: class 0 among the 8 most common, v = +0 without a retry")
+
+
+def part3():
+    print("\n# Part 3: gemvz_kernel in miniature")
+    N, K = 64, 1024
+    W = trained_like_np(N, K, seed=7)
+    W[3, 100] = bf16_rne(np.float32(0.75))             # an outlier or two, far above the window
+    W[17, 300] = bf16_rne(np.float32(-1.5))
+    z = pack_z_np(W)
+    Wf = f32_of_bf16(W).astype(np.float64)
+    rng = np.random.default_rng(8)
+    for (m, nw, s, ug) in ((1, 2, 2, 2), (5, 4, 1, 2), (12, 2, 4, 1), (32, 4, 2, 1)):
+        x = f32_of_bf16(bf16_rne(rng.standard_normal((m, K)).astype(np.float32))).astype(np.float64)
+        y = gemvz_emulate(z["stream"], z["esc"], z["TL"], z["TH"], x, N, K, nw, s, ug)
+        ref = x @ Wf.T
+        err = float(np.max(np.abs(y - ref) / (np.abs(x) @ np.abs(Wf).T)))
+        check(err < 1e-5, f"gemvz_emulate m={m} NW={nw} S={s} UG={ug}: fp32 result vs x @ W.T (float64), "
+                          f"max rel err {err:.1e} < 1e-5 ({z['n_exc']} exceptions)")
+    # the judge's probe: one-hot x on a column that holds an exception (an outlier, then an exact zero)
+    zero_cols = [int(k) for r, k in zip(*np.nonzero(W == 0)) if k in z["exc_cols"]]
+    for k in [300] + zero_cols[:1]:
+        x = np.zeros((1, K))
+        x[0, k] = 1.0
+        y = gemvz_emulate(z["stream"], z["esc"], z["TL"], z["TH"], x, N, K, 2, 2, 2)[0]
+        y0 = gemvz_emulate(z["stream"], z["esc"], z["TL"], z["TH"], x, N, K, 2, 2, 2, corrections=False)[0]
+        col = Wf[:, k]
+        rows = [r for r in range(N) if ((z["esc"][r, :, 0] == k) & (z["esc"][r, :, 1] != 0)).any()]
+        print(f"  probe x = e_{k}: rows with an exception in column {k}: {rows}")
+        for r in rows:
+            print(f"    row {r}: W = {col[r]:+.6g}, with corrections y = {y[r]:+.6g}, "
+                  f"corrections skipped y = {y0[r]:+.6g}")
+        check(np.array_equal(bf16_rne(y.astype(np.float32)), W[:, k]),
+              f"probe on exception column {k}: y == W[:, {k}] bit for bit (all {N} rows)")
+        check(bool(rows) and not np.array_equal(y0, col),
+              f"probe on column {k} with the corrections skipped (dbg & 1) is wrong on rows {rows}")
+
+
+def main():
+    part1()
+    part2()
+    part3()
+    print("lab3: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,295 @@
+"""The labs run, print what they verified, and agree with submission.py's packers (CPU only: MUSE_BUILD=0)."""
+import os
+
+os.environ.setdefault("MUSE_BUILD", "0")   # before importing submission: no CUDA build on a CPU machine
+
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+LABS = REPO / "labs"
+sys.path.insert(0, str(REPO))
+import submission  # noqa: E402
+
+
+def _load_lab(name):
+    spec = importlib.util.spec_from_file_location(name, LABS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+lab0 = _load_lab("lab0_configs")
+lab2 = _load_lab("lab2_fragments")
+lab3 = _load_lab("lab3_compress")
+
+
+def _run_lab(fname):
+    p = subprocess.run([sys.executable, str(LABS / fname)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, f"{fname} exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    assert "MISMATCH" not in p.stdout
+    return p.stdout
+
+
+def _bf16(u16):
+    """numpy uint16 bit patterns -> torch bf16 tensor with the same bits."""
+    return torch.from_numpy(np.ascontiguousarray(u16).view(np.int16).copy()).view(torch.bfloat16)
+
+
+def _u16(t):
+    return t.contiguous().view(torch.int16).numpy().view(np.uint16)
+
+
+# ---- each lab runs and prints its verification lines ---------------------------------------------------
+def test_lab0_checks_every_table_row_and_the_router_exercise():
+    out = _run_lab("lab0_configs.py")
+    _, rows = _tables()
+    assert f"verified: all {len(rows)} table rows divide evenly" in out
+    assert "verified: router (N=256) at m=1 with S=4: grid 16 x 4 = 64 CTAs" in out
+    assert "verified: a bad row is caught" in out
+    assert "lab0: all checks passed" in out
+
+
+def test_lab2_verifies_ownership_maps_loads_and_gemv():
+    out = _run_lab("lab2_fragments.py")
+    for line in ("verified: every element of A 16x16 has exactly one owner",
+                 "verified: emulated mma from 32 lanes' fragments == A @ B + C",
+                 "verified: unpack_plain_np(pack_plain_np(W)) == W bit for bit",
+                 "verified: gemv_emulate m=32 NW=4 S=2 U=2 R=1 NB=4: y == x @ W.T exactly",
+                 "verified: gemv_emulate m=32 NW=2 S=1 U=2 R=3 NB=4: y == x @ W.T exactly",
+                 "verified: DUAL (router)",
+                 "lab2: all checks passed"):
+        assert line in out, line
+
+
+def test_lab3_verifies_decz_round_trips_and_probe():
+    out = _run_lab("lab3_compress.py")
+    for line in ("verified: decz (0x7777, 0x80808080, 0x5140, 0x7362",
+                 "verified: trained-looking: decz + corrections restore W bit for bit",
+                 "verified: special values",
+                 "verified: random bit patterns: decz + corrections restore W",
+                 "verified: probe on exception column 300: y == W[:, 300] bit for bit",
+                 "corrections skipped (dbg & 1) is wrong",
+                 "lab3: all checks passed"):
+        assert line in out, line
+
+
+def test_lab5_shows_fixed_order_reset_and_atomic_add_order_dependence():
+    out = _run_lab("lab5_splitk.py")
+    for line in ("verified: 200 graph replays, each with a random completion order: out bit-identical",
+                 "verified: without the reset replay 0 is right and replay 1 loses its output",
+                 "verified: atomic add:",
+                 "it needs a memset per call",
+                 "lab5: all checks passed"):
+        assert line in out, line
+
+
+# ---- lab 2 vs pack_plain ----------------------------------------------------------------------------
+@pytest.mark.parametrize("N,K", [(16, 32), (48, 128), (64, 256)])
+def test_pack_plain_matches_lab2_on_random_bits(N, K):
+    W = np.random.default_rng(N + K).integers(0, 65536, (N, K)).astype(np.uint16)
+    got = _u16(submission.pack_plain(_bf16(W)))
+    want = lab2.pack_plain_np(W)
+    assert got.shape == want.shape == (N // 16, K // 32, 64, 8)
+    assert np.array_equal(got, want)
+    assert np.array_equal(lab2.unpack_plain_np(got, N, K), W)
+
+
+def test_pack_plain_matches_lab2_on_router_hi_lo_halves():
+    rng = np.random.default_rng(1)
+    w32 = torch.from_numpy((rng.standard_normal((32, 128)) * 0.02).astype(np.float32))
+    hi, lo = submission.split_hi_lo(w32)
+    for half in (hi, lo):
+        assert np.array_equal(_u16(submission.pack_plain(half)), lab2.pack_plain_np(_u16(half)))
+
+
+# ---- lab 3 vs pack_z ----------------------------------------------------------------------------------
+def _trained():
+    return lab3.trained_like_np(256, 1024, seed=0)
+
+
+def _special():
+    W = _trained()
+    specials = [0x0000, 0x8000, 0x0001, 0x8001, 0x007F, 0x0040, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x7F7F, 0xFF7F]
+    pos = np.random.default_rng(4).choice(W.size, 4 * len(specials), replace=False)
+    W.reshape(-1)[pos] = np.array(specials * 4, np.uint16)
+    return W
+
+
+def _random_bits():
+    return np.random.default_rng(6).integers(0, 65536, (64, 256)).astype(np.uint16)
+
+
+def _many_zeros():
+    W = lab3.trained_like_np(64, 512, seed=5)
+    W[np.random.default_rng(7).random(W.shape) < 0.2] = 0
+    return W
+
+
+def _assert_pack_z_matches(W):
+    z = submission.pack_z(_bf16(W))
+    y = lab3.pack_z_np(W)
+    assert np.array_equal(z.stream.numpy(), y["stream"]), "stream bytes differ"
+    assert np.array_equal(z.esc.numpy(), y["esc"]), "exception side table differs"
+    assert (z.capr, list(z.window), z.TL, z.TH, z.mode, z.n_exc, list(z.exc_cols)) == \
+           (y["capr"], y["window"], y["TL"], y["TH"], y["mode"], y["n_exc"], y["exc_cols"])
+    return y
+
+
+def _assert_round_trip(W, z):
+    N, K = W.shape
+    back = lab3.restore_np(lab3.unpack_z_np(z["stream"], N, K, z["TL"], z["TH"]), z["esc"])
+    assert np.array_equal(back, W), f"{int((back != W).sum())} weights differ after unpack + restore"
+
+
+def test_pack_z_matches_lab3_on_trained_like_weights():
+    W = _trained()
+    z = _assert_pack_z_matches(W)
+    assert z["mode"] == "8-class" and 0 < z["n_exc"] < 0.002 * W.size
+    _assert_round_trip(W, z)
+
+
+def test_pack_z_matches_lab3_on_special_values():
+    W = _special()
+    z = _assert_pack_z_matches(W)
+    assert z["mode"] == "zero-class"          # -0 and subnormals are not exact as v + c with v != 0
+    _assert_round_trip(W, z)
+
+
+def test_pack_z_matches_lab3_on_random_bits():
+    W = _random_bits()
+    z = _assert_pack_z_matches(W)
+    assert z["mode"] == "zero-class" and z["n_exc"] > W.size // 2
+    N, K = W.shape
+    back = lab3.restore_np(lab3.unpack_z_np(z["stream"], N, K, z["TL"], z["TH"]), z["esc"])
+    # bit for bit, except that a signalling NaN exception comes back as the quiet NaN fp32 v + c gives
+    # (pack_z accepts any NaN == NaN); everything else, quiet NaNs included, is exact
+    snan = ((W & 0x7F80) == 0x7F80) & ((W & 0x7F) != 0) & ((W & 0x40) == 0)
+    assert np.array_equal(back[~snan], W[~snan])
+    assert np.array_equal(back[snan], W[snan] | 0x40)
+
+
+def test_pack_z_matches_lab3_with_zero_class_in_window():
+    W = _many_zeros()
+    z = _assert_pack_z_matches(W)
+    assert z["mode"] == "8-class" and 0 in z["window"]
+    _assert_round_trip(W, z)
+
+
+def test_pack_z_matches_lab3_with_outliers_inf_nan_in_8_class_mode():
+    W = _trained()
+    pos = np.random.default_rng(9).choice(W.size, 24, replace=False)
+    W.reshape(-1)[pos] = np.array([0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x7F7F, 0xFF7F, 0x4100, 0xC2AB] * 3, np.uint16)
+    z = _assert_pack_z_matches(W)
+    assert z["mode"] == "8-class"
+    _assert_round_trip(W, z)
+
+
+def test_stream_bit_flip_breaks_round_trip():
+    W = _trained()
+    z = lab3.pack_z_np(W)
+    N, K = W.shape
+    is_exc = lambda r, k: bool(((z["esc"][r, :, 0] == k) & (z["esc"][r, :, 1] != 0)).any())
+    # byte 0 of (rb 0, G 0) is A0 of lane 0: the low byte of fragment f0 element j0 = W[0, 0];
+    # byte 1024 + 3, bit 7 is lane 0's code word of f0, bit 31: the sign of j3 = W[8, 1]
+    for byte, bit, where, diff in ((0, 0, (0, 0), 0x0001), (1024 + 3, 7, (8, 1), 0x8000)):
+        assert not is_exc(*where)
+        s = z["stream"].copy()
+        s[0, 0, byte] ^= np.uint8(1 << bit)
+        back = lab3.restore_np(lab3.unpack_z_np(s, N, K, z["TL"], z["TH"]), z["esc"])
+        bad = np.argwhere(back != W)
+        assert bad.tolist() == [list(where)], f"flip of stream byte {byte} bit {bit}: mismatches at {bad.tolist()}"
+        assert int(back[where] ^ W[where]) == diff
+
+
+def test_probe_row_on_exception_column_is_exact():
+    N, K = 32, 256
+    W = lab3.trained_like_np(N, K, seed=3)
+    W[5, 70] = 0x3F40                                  # 0.75: far above the window
+    z = lab3.pack_z_np(W)
+    assert 70 in z["exc_cols"]
+    x = np.zeros((1, K))
+    x[0, 70] = 1.0
+    y = lab3.gemvz_emulate(z["stream"], z["esc"], z["TL"], z["TH"], x, N, K, 2, 2, 1)[0]
+    assert np.array_equal(lab3.bf16_rne(y.astype(np.float32)), W[:, 70])
+    y0 = lab3.gemvz_emulate(z["stream"], z["esc"], z["TL"], z["TH"], x, N, K, 2, 2, 1, corrections=False)[0]
+    assert y0[5] != 0.75
+
+
+def test_gemv_emulate_is_exact_on_integer_weights():
+    rng = np.random.default_rng(12)
+    N, K = 32, 256
+    W = lab2.f64_to_bf16(rng.integers(-4, 5, (N, K)))
+    x = lab2.f64_to_bf16(rng.integers(-3, 4, (20, K)))
+    y = lab2.gemv_emulate(_u16(submission.pack_plain(_bf16(W))), x, N, K, nw=4, s=2, u=1)
+    assert np.array_equal(y, lab2.bf16_to_f64(x) @ lab2.bf16_to_f64(W).T)
+
+
+# ---- lab 0 --------------------------------------------------------------------------------------------
+def _tables():
+    load = lambda n: json.loads((REPO / "tables" / n).read_text())
+    layers = {l["layer"]: l for l in load("shapes.json")["layers"]}
+    return layers, [("plain", r) for r in load("ctable.json")["rows"]] + \
+                   [("compressed", r) for r in load("ztable.json")["rows"]]
+
+
+def test_lab0_exits_1_naming_a_bad_row(tmp_path, monkeypatch, capsys):
+    for n in ("shapes.json", "ctable.json", "ztable.json"):
+        (tmp_path / n).write_text((REPO / "tables" / n).read_text())
+    ct = json.loads((tmp_path / "ctable.json").read_text())
+    row = next(r for r in ct["rows"] if r["layer"] == "router" and r["m"] == 1)
+    row["config"]["s"] = 3                              # K/32 = 256 is not divisible by 3 * NW * U
+    (tmp_path / "ctable.json").write_text(json.dumps(ct))
+    monkeypatch.setattr(lab0, "TABLES", tmp_path)
+    with pytest.raises(SystemExit) as e:
+        lab0.main()
+    assert e.value.code == 1
+    assert "MISMATCH: plain row ('router', m=1): K/32=256 not divisible by S*NW*U" in capsys.readouterr().out
+
+
+def test_check_row_accepts_every_table_row():
+    layers, rows = _tables()
+    assert rows
+    for kind, r in rows:
+        assert lab0.check_row(kind, layers[r["layer"]], r["m"], r["config"]) == [], (kind, r["layer"], r["m"])
+
+
+def test_check_row_flags_s_that_does_not_divide():
+    layers, _ = _tables()
+    probs = lab0.check_row("plain", layers["router"], 1, dict(nw=8, s=3, u=2, pipe=1))
+    assert probs and "router" in probs[0] and "S*NW*U" in probs[0]
+    probs = lab0.check_row("compressed", layers["pooler"], 1, dict(nw=16, s=3, ug=1, pipe=1))
+    assert probs and "S*NW*UG" in probs[0]
+
+
+def test_check_row_flags_row_groups_that_do_not_divide_n_and_smem_overflow():
+    layers, _ = _tables()
+    probs = lab0.check_row("plain", layers["qkv_gate"], 1, dict(nw=4, s=1, u=1, r=32, pipe=1))
+    assert any("16*R=512" in p for p in probs)                       # 2304 = 144 x 16 is not a multiple of 512
+    probs = lab0.check_row("plain", layers["pooler"], 32, dict(nw=16, s=1, u=1, r=4, pipe=1))
+    assert any("shared memory" in p for p in probs)
+
+
+def test_check_row_agrees_with_submission_fits():
+    layers, _ = _tables()
+    for name, l in layers.items():
+        for m in (1, 8, 9, 16, 17, 32):
+            for nw in (1, 2, 4, 8, 16):
+                for s in (1, 2, 3, 4, 8):
+                    for u in (1, 2, 4):
+                        for r in (1, 2, 4, 3):
+                            plain = submission.gemv_fits(submission.GemvConfig(nw, s, u, r, 1, 0), l["N"], l["K"], m)
+                            got = lab0.check_row("plain", l, m, dict(nw=nw, s=s, u=u, r=r, pipe=1))
+                            assert (plain is None) == (got == []), (name, m, nw, s, u, r, plain, got)
+                            if l["dtype"] == "bf16":
+                                comp = submission.gemvz_fits(submission.GemvzConfig(nw, s, u, r, 1, 0), l["N"], l["K"],
+                                                             m)
+                                got = lab0.check_row("compressed", l, m, dict(nw=nw, s=s, ug=u, r=r, pipe=1))
+                                assert (comp is None) == (got == []), (name, m, nw, s, u, r, comp, got)
