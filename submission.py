@@ -117,7 +117,7 @@ ZTABLE = {
 KERNEL_SRC = r"""
 // MUSE BF16 GEMV kernels for sm_90.
 // defines: ld_stream, ld_x, mma16816, prmt, lop3_or_and, pdl_trigger, pdl_wait, decz, prefetch_l2,
-//          load_wbatch, load_zbatch, splitk_combine, store_tile, gemv_kernel, gemvz_kernel,
+//          load_wbatch, load_zbatch, sum_warps, mma_zgroup, splitk_combine, store_tile, gemv_kernel, gemvz_kernel,
 //          unpackz_kernel, launch_pdl, gemv_dispatch, gemvz_dispatch, gemv_attrs, gemvz_attrs, unpackz_launch
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -226,6 +226,43 @@ __device__ __forceinline__ void load_zbatch(uint4 (&z)[UG][R][3], const uint4* w
       z[u][r][1] = ld_stream(p + 32);
       z[u][r][2] = ld_stream(p + 64);
     }
+}
+
+// Sum the NW streaming warps' partials parked in red[NW][P] (after the barrier): thread tid < NT takes
+// positions p = tid + j * NT, in the fixed warp order 0..NW-1.
+template <int NW, int P, int NT, int J>
+__device__ __forceinline__ void sum_warps(float4 (&res)[J], const float4 (&red)[NW][P]) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int j = 0; j < J; j++) {
+    const int p = tid + j * NT;
+    res[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (tid < NT && p < P) {
+#pragma unroll
+      for (int wi = 0; wi < NW; wi++) {
+        const float4 v = red[wi][p];
+        res[j].x += v.x; res[j].y += v.y; res[j].z += v.z; res[j].w += v.w;
+      }
+    }
+  }
+}
+
+// One 64-wide group of one row block: decode its 4 fragments from the A0, A1, B units and run them
+// against the token blocks' x (xa: k 0..31 of the group, xb: k 32..63), 4 NB mma.
+template <int NB>
+__device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)[3], const uint4 (&xa)[NB],
+                                           const uint4 (&xb)[NB], uint32_t TL, uint32_t TH) {
+  const uint4 f0 = decz(z[0].x, z[0].y, z[2].x, TL, TH);
+  const uint4 f1 = decz(z[0].z, z[0].w, z[2].y, TL, TH);
+  const uint4 f2 = decz(z[1].x, z[1].y, z[2].z, TL, TH);
+  const uint4 f3 = decz(z[1].z, z[1].w, z[2].w, TL, TH);
+#pragma unroll
+  for (int nb = 0; nb < NB; nb++) {
+    mma16816(acc[nb], f0, xa[nb].x, xa[nb].y);
+    mma16816(acc[nb], f1, xa[nb].z, xa[nb].w);
+    mma16816(acc[nb], f2, xb[nb].x, xb[nb].y);
+    mma16816(acc[nb], f3, xb[nb].z, xb[nb].w);
+  }
 }
 
 // The CTA's C fragments after the warp reduction: P = R * NB * 32 positions p = (r * NB + nb) * 32 + lane
@@ -398,18 +435,7 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
       red[warp][(r * NB + nb) * 32 + lane] = make_float4(acc[r][nb][0], acc[r][nb][1], acc[r][nb][2], acc[r][nb][3]);
   __syncthreads();
   float4 res[J];
-#pragma unroll
-  for (int j = 0; j < J; j++) {
-    const int p = tid + j * NT;
-    res[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (p < P) {
-#pragma unroll
-      for (int wi = 0; wi < NW; wi++) {
-        const float4 v = red[wi][p];
-        res[j].x += v.x; res[j].y += v.y; res[j].z += v.z; res[j].w += v.w;
-      }
-    }
-  }
+  sum_warps<NW, P, NT, J>(res, red);
   if (!splitk_combine<J, P, NT>(res, ws, sem, rg, sidx, S)) return;
 #pragma unroll
   for (int j = 0; j < J; j++)
@@ -503,19 +529,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int2
             xb[nb] = ld_x(xr[nb] + (i + u) * 64 + 32);
           }
 #pragma unroll
-          for (int r = 0; r < R; r++) {
-            const uint4 f0 = decz(z[u][r][0].x, z[u][r][0].y, z[u][r][2].x, TL, TH);
-            const uint4 f1 = decz(z[u][r][0].z, z[u][r][0].w, z[u][r][2].y, TL, TH);
-            const uint4 f2 = decz(z[u][r][1].x, z[u][r][1].y, z[u][r][2].z, TL, TH);
-            const uint4 f3 = decz(z[u][r][1].z, z[u][r][1].w, z[u][r][2].w, TL, TH);
-#pragma unroll
-            for (int nb = 0; nb < NB; nb++) {
-              mma16816(acc[r][nb], f0, xa[nb].x, xa[nb].y);
-              mma16816(acc[r][nb], f1, xa[nb].z, xa[nb].w);
-              mma16816(acc[r][nb], f2, xb[nb].x, xb[nb].y);
-              mma16816(acc[r][nb], f3, xb[nb].z, xb[nb].w);
-            }
-          }
+          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, TL, TH);
         }
       }
     } else {
@@ -533,19 +547,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int2
 #pragma unroll
         for (int u = 0; u < UG; u++)
 #pragma unroll
-          for (int r = 0; r < R; r++) {
-            const uint4 f0 = decz(z[u][r][0].x, z[u][r][0].y, z[u][r][2].x, TL, TH);
-            const uint4 f1 = decz(z[u][r][0].z, z[u][r][0].w, z[u][r][2].y, TL, TH);
-            const uint4 f2 = decz(z[u][r][1].x, z[u][r][1].y, z[u][r][2].z, TL, TH);
-            const uint4 f3 = decz(z[u][r][1].z, z[u][r][1].w, z[u][r][2].w, TL, TH);
-#pragma unroll
-            for (int nb = 0; nb < NB; nb++) {
-              mma16816(acc[r][nb], f0, xa[u][nb].x, xa[u][nb].y);
-              mma16816(acc[r][nb], f1, xa[u][nb].z, xa[u][nb].w);
-              mma16816(acc[r][nb], f2, xb[u][nb].x, xb[u][nb].y);
-              mma16816(acc[r][nb], f3, xb[u][nb].z, xb[u][nb].w);
-            }
-          }
+          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], TL, TH);
 #pragma unroll
         for (int u = 0; u < UG; u++)
 #pragma unroll
@@ -561,16 +563,11 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int2
   __syncthreads();  // red and ecorr are both complete after this one barrier
 
   float4 res[J];  // threads of the exception warp (tid >= NT) hold no position
+  sum_warps<NW, P, NT, J>(res, red);
 #pragma unroll
   for (int j = 0; j < J; j++) {
     const int p = tid + j * NT;
-    res[j] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (tid < NT && p < P) {
-#pragma unroll
-      for (int wi = 0; wi < NW; wi++) {
-        const float4 v = red[wi][p];
-        res[j].x += v.x; res[j].y += v.y; res[j].z += v.z; res[j].w += v.w;
-      }
       const int pl = p & 31, nbo = (p >> 5) % NB, r = (p >> 5) / NB, pg = pl >> 2, pt = pl & 3;
       res[j].x += ecorr[r * 16 + pg][nbo * 8 + 2 * pt];
       res[j].y += ecorr[r * 16 + pg][nbo * 8 + 2 * pt + 1];
