@@ -17,13 +17,11 @@ This file imports torch and the standard library only. Its generated regions (CT
 and the C3 / Z3 instantiation lines) are written by build.py from tables/*.json: edit the tables.
 """
 import collections
-import math
 import os
 import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 # ---------------------------------------------------------------------------------------------------
 # Configs. Field names and order follow the template parameters; NB (token blocks) and DUAL (router)

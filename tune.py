@@ -188,7 +188,7 @@ def tune_shape(Ls, m, x, cands, screen, full, keep, log):
     return fin + res[keep:]
 
 
-def row_of(layer, m, ranked, kind, device, date):
+def row_of(layer, m, ranked, device, date):
     us, c = ranked[0]
     return {"layer": layer, "m": m, "config": dict(c._asdict()), "us": round(us, 3), "date": date, "device": device,
             "runner_up": [{"config": dict(rc._asdict()), "us": round(ru, 3)} for ru, rc in ranked[1:4]]}
@@ -237,12 +237,12 @@ def main(argv=None):
             t0 = time.time()
             cp, sp = candidates(ext, N, K, m, dual, False)
             rp = tune_shape(Ls, m, x, cp, args.screen, args.full, args.keep, log)
-            crow[(name, m)] = row_of(name, m, rp, "plain", dev, date)
+            crow[(name, m)] = row_of(name, m, rp, dev, date)
             line = f"plain {rp[0][1]} {rp[0][0]:.2f} us (next {rp[1][0]:.2f}; {len(cp)} cands, {sp} spilled)"
             if not dual:
                 cz, sz = candidates(ext, N, K, m, dual, True)
                 rz = tune_shape(Ls, m, x, cz, args.screen, args.full, args.keep, log)
-                zrow[(name, m)] = row_of(name, m, rz, "compressed", dev, date)
+                zrow[(name, m)] = row_of(name, m, rz, dev, date)
                 line += f" | compressed {rz[0][1]} {rz[0][0]:.2f} us (next {rz[1][0]:.2f}; {len(cz)} cands, {sz} spilled)"
             done += 1
             el = time.time() - t_start

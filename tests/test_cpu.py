@@ -2,7 +2,6 @@
 hi/lo split, input validation."""
 import os
 import re
-import shutil
 import subprocess
 import sys
 
