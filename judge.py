@@ -246,14 +246,7 @@ class Suite:
         x = fresh_x(m, L.K, seed, self.device)
         eager = self.call(x, L).clone()
         static_x = x.clone()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            self.sub.kernel_fn(static_x, L)                       # warm-up outside capture
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            static_out = self.sub.kernel_fn(static_x, L)
+        g, static_out = capture(lambda: self.sub.kernel_fn(static_x, L))
         for r in range(replays):
             poison(static_out)
             g.replay()
@@ -273,15 +266,7 @@ class Suite:
         """Several layers (and a chain y = B(A(x)) where shapes allow) captured in one graph."""
         xs = [fresh_x(m, L.K, seed + i, self.device) for i, (L, _) in enumerate(layers_ws)]
         eager = [self.call(x, L).clone() for x, (L, _) in zip(xs, layers_ws)]
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for x, (L, _) in zip(xs, layers_ws):
-                self.sub.kernel_fn(x, L)
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            outs = [self.sub.kernel_fn(x, L) for x, (L, _) in zip(xs, layers_ws)]
+        g, outs = capture(lambda: [self.sub.kernel_fn(x, L) for x, (L, _) in zip(xs, layers_ws)])
         for r in range(3):
             for o in outs:
                 poison(o)
@@ -295,20 +280,27 @@ class Suite:
         """y = kernel_fn(kernel_fn(x, A), B) in one graph: B reads what A wrote (PDL must wait for it)."""
         x = fresh_x(m, LA.K, seed, self.device)
         eager = self.sub.kernel_fn(self.sub.kernel_fn(x, LA), LB).clone()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            self.sub.kernel_fn(self.sub.kernel_fn(x, LA), LB)
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            y = self.sub.kernel_fn(self.sub.kernel_fn(x, LA), LB)
+        g, y = capture(lambda: self.sub.kernel_fn(self.sub.kernel_fn(x, LA), LB))
         for r in range(replays):
             poison(y)
             g.replay()
         torch.cuda.synchronize()
         if not torch.equal(y, eager):
             raise CheckFailed(f"chain graph '{LA.name}' -> '{LB.name}' m={m}: differs from eager after {replays} replays")
+
+
+def capture(fn):
+    """Run fn once on a side stream (warm-up, outside capture), then capture it in a CUDA graph.
+    Returns (graph, what fn returned during capture: the graph's static outputs)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fn()
+    return g, out
 
 
 def _nan_equal(a, b):
@@ -339,19 +331,15 @@ def correctness(sub, device, layers, ms, log=print, seed=1234):
     if len(names) >= 2:
         for m in (1, 8, 32):
             S.run(f"multi-layer graph m={m}", S.multi_graph, [prepared[n] for n in names], m, seed)
-    # chain: o_proj (K=2048 -> N=8192) feeds unpooler? needs K_B == N_A: find any pair
-    for a in names:
-        for b in names:
-            if a != b and prepared[a][0].N == prepared[b][0].K and not prepared[a][0].dual and not prepared[b][0].dual:
-                for m in (1, 16):
-                    S.run(f"chain {a}->{b} m={m}", S.chain_graph, prepared[a][0], prepared[b][0], m, seed)
-                break
-        else:
-            continue
-        break
+    # a chain y = B(A(x)): the first pair of bf16 layers with N_A == K_B (pooler -> unpooler in the scored set)
+    Ls = {n: prepared[n][0] for n in names}
+    pair = next(((a, b) for a in names for b in names
+                 if a != b and Ls[a].N == Ls[b].K and not Ls[a].dual and not Ls[b].dual), None)
+    if pair:
+        for m in (1, 16):
+            S.run(f"chain {pair[0]}->{pair[1]} m={m}", S.chain_graph, Ls[pair[0]], Ls[pair[1]], m, seed)
     # the same layer twice in a row with different x, and split-K layers back to back, in one graph
     for name in names:
-        L = prepared[name][0]
         S.run(f"{name} twice in one graph", S.multi_graph, [prepared[name], prepared[name]], 4, seed + 99)
     special(S, sub, device, names, seed, log)
     unknown_shapes(S, sub, device, seed, log)
@@ -404,16 +392,7 @@ def unknown_shapes(S, sub, device, seed, log):
 # ===================================================================================================
 def time_graph(fns, replays, warmup=3):
     """Median ms of one replay of a graph that runs every fn once, back to back, over `replays` replays."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for f in fns:
-            f()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for f in fns:
-            f()
+    g, _ = capture(lambda: [f() for f in fns])
     for _ in range(warmup):
         g.replay()
     times = []
@@ -431,14 +410,7 @@ def time_graph(fns, replays, warmup=3):
 
 def time_isolated(fn, flush, reps=20):
     """Median us of one call after an L2 flush (one call per replay)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
+    g, _ = capture(fn)
     ts = []
     for _ in range(reps):
         flush.add_(1)
@@ -481,12 +453,13 @@ def timing(sub, device, layers, ms, replays, log=print, seed=99, pdl_compare=Tru
             us = ms_ours * 1e3 / P
             us_nopdl = None
             if pdl_compare and plan.path != "fallback":
+                L0_pdl = L0.pdl
                 for L in Ls:
                     L.pdl = False
                 ms_np, _ = time_graph([lambda L=L: sub.kernel_fn(x, L) for L in Ls], replays)
                 us_nopdl = ms_np * 1e3 / P
                 for L in Ls:
-                    L.pdl = sub._pdl_default()
+                    L.pdl = L0_pdl
             us_iso = time_isolated(lambda: sub.kernel_fn(x, L0), flush) if isolated else None
             ms_cb, _ = time_graph([lambda wc=wc: torch.nn.functional.linear(xc, wc) for wc in wcs], replays)
             cublas_us = ms_cb * 1e3 / Pc
@@ -546,7 +519,8 @@ def git_sha():
             return r.stdout.strip() + ("-dirty" if d.stdout.strip() else "")
     except OSError:
         pass
-    os.environ.setdefault("MUSE_BUILD", "0") if "submission" not in sys.modules else None
+    if "submission" not in sys.modules:
+        os.environ.setdefault("MUSE_BUILD", "0")     # only the source hash is needed: no build
     import submission
     return "src-" + submission._source_hash()
 

@@ -221,6 +221,7 @@ def main(argv=None):
     zrow = {(r["layer"], r["m"]): r for r in zt["rows"]}
     log = lambda s: print(s, flush=True)
     total, done = len(layers) * len(ms), 0
+    out_of_time = False
     for name in layers:
         d = judge.LAYERS[name]
         N, K, dual = d["N"], d["K"], d["dtype"] == "fp32"
@@ -232,6 +233,7 @@ def main(argv=None):
         for m in ms:
             if time.time() - t_start > args.budget_s:
                 log(f"[tune] budget of {args.budget_s:.0f} s reached: stopping; rerun with --layers/--m for the rest")
+                out_of_time = True
                 break
             x = judge.fresh_x(m, K, 3 + m, "cuda")
             t0 = time.time()
@@ -247,15 +249,12 @@ def main(argv=None):
             done += 1
             el = time.time() - t_start
             log(f"[tune {done}/{total}] {name} m={m}: {line}  [{time.time() - t0:.0f} s; {el:.0f} s in all]")
-        else:
-            del Ls
-            torch.cuda.empty_cache()
-            if not args.no_write:
-                _save(ct, zt, crow, zrow, shapes)
-            continue
+        del Ls
+        torch.cuda.empty_cache()
         if not args.no_write:
-            _save(ct, zt, crow, zrow, shapes)
-        break
+            _save(ct, zt, crow, zrow, shapes)      # after every layer: an interrupted run keeps what it finished
+        if out_of_time:
+            break
     print(f"[tune] done in {time.time() - t_start:.0f} s" + ("" if args.no_write else
           "; tables/ updated: run `python build.py` to regenerate submission.py"))
     return 0

@@ -57,37 +57,30 @@ def test_lab0_checks_every_table_row_and_the_router_exercise():
     assert "lab0: all checks passed" in out
 
 
-def test_lab2_verifies_ownership_maps_loads_and_gemv():
-    out = _run_lab("lab2_fragments.py")
-    for line in ("verified: every element of A 16x16 has exactly one owner",
-                 "verified: emulated mma from 32 lanes' fragments == A @ B + C",
-                 "verified: unpack_plain_np(pack_plain_np(W)) == W bit for bit",
-                 "verified: gemv_emulate m=32 NW=4 S=2 U=2 R=1 NB=4: y == x @ W.T exactly",
-                 "verified: gemv_emulate m=32 NW=2 S=1 U=2 R=3 NB=4: y == x @ W.T exactly",
-                 "verified: DUAL (router)",
-                 "lab2: all checks passed"):
-        assert line in out, line
-
-
-def test_lab3_verifies_decz_round_trips_and_probe():
-    out = _run_lab("lab3_compress.py")
-    for line in ("verified: decz (0x7777, 0x80808080, 0x5140, 0x7362",
-                 "verified: trained-looking: decz + corrections restore W bit for bit",
-                 "verified: special values",
-                 "verified: random bit patterns: decz + corrections restore W",
-                 "verified: probe on exception column 300: y == W[:, 300] bit for bit",
-                 "corrections skipped (dbg & 1) is wrong",
-                 "lab3: all checks passed"):
-        assert line in out, line
-
-
-def test_lab5_shows_fixed_order_reset_and_atomic_add_order_dependence():
-    out = _run_lab("lab5_splitk.py")
-    for line in ("verified: 200 graph replays, each with a random completion order: out bit-identical",
-                 "verified: without the reset replay 0 is right and replay 1 loses its output",
-                 "verified: atomic add:",
-                 "it needs a memset per call",
-                 "lab5: all checks passed"):
+@pytest.mark.parametrize("lab,lines", [
+    ("lab2_fragments.py", ("verified: every element of A 16x16 has exactly one owner",
+                           "verified: emulated mma from 32 lanes' fragments == A @ B + C",
+                           "verified: unpack_plain_np(pack_plain_np(W)) == W bit for bit",
+                           "verified: gemv_emulate m=32 NW=4 S=2 U=2 R=1 NB=4: y == x @ W.T exactly",
+                           "verified: gemv_emulate m=32 NW=2 S=1 U=2 R=3 NB=4: y == x @ W.T exactly",
+                           "verified: DUAL (router)",
+                           "lab2: all checks passed")),
+    ("lab3_compress.py", ("verified: decz (0x7777, 0x80808080, 0x5140, 0x7362",
+                          "verified: trained-looking: decz + corrections restore W bit for bit",
+                          "verified: special values",
+                          "verified: random bit patterns: decz + corrections restore W",
+                          "verified: probe on exception column 300: y == W[:, 300] bit for bit",
+                          "corrections skipped (dbg & 1) is wrong",
+                          "lab3: all checks passed")),
+    ("lab5_splitk.py", ("verified: 200 graph replays, each with a random completion order: out bit-identical",
+                        "verified: without the reset replay 0 is right and replay 1 loses its output",
+                        "verified: atomic add:",
+                        "it needs a memset per call",
+                        "lab5: all checks passed")),
+])
+def test_lab_runs_and_prints_its_verifications(lab, lines):
+    out = _run_lab(lab)
+    for line in lines:
         assert line in out, line
 
 
