@@ -81,7 +81,7 @@ def z_winners(crows, zrows):
     return out
 
 
-CONFIG_DEFAULTS = {"r": 1, "pf": 0, "pdl": 1}
+CONFIG_DEFAULTS = {"r": 1, "pf": 0, "pdl": 1, "cl": 0}
 
 
 def cfg_of(row, f):
@@ -160,9 +160,9 @@ def generate(text):
     zwin = z_winners(crows, zrows)
     dg, dz = defaults()
     text = replace_region(text, PY_BEGIN.format(src="ctable.json"), PY_END,
-                          table_literal("CTABLE", "GemvConfig", ("nw", "s", "u", "r", "pipe", "pf", "pdl"), crows))
+                          table_literal("CTABLE", "GemvConfig", ("nw", "s", "u", "r", "pipe", "pf", "pdl", "cl"), crows))
     text = replace_region(text, PY_BEGIN.format(src="ztable.json"), PY_END,
-                          table_literal("ZTABLE", "GemvzConfig", ("nw", "s", "ug", "r", "pipe", "pf", "pdl"), zwin))
+                          table_literal("ZTABLE", "GemvzConfig", ("nw", "s", "ug", "r", "pipe", "pf", "pdl", "cl"), zwin))
     text = replace_region(text, CU_BEGIN.format(src="ctable.json + DEFAULT_GEMV"), CU_END,
                           c3_block(gemv_instances(crows, layers, dg)))
     text = replace_region(text, CU_BEGIN.format(src="ztable.json + DEFAULT_GEMVZ"), CU_END,

@@ -81,13 +81,13 @@ def tune_sources(insts, nfiles):
         files.append(head + src)
     sig = {
         "gemv_dispatch": ("int", "const void* x, const void* w, const void* w2, void* out, void* ws, void* sem, int M, "
-                          "int N, int K, int S, int NW, int U, int NB, int R, bool dual, int P, int pf, bool pdl, "
+                          "int N, int K, int S, int NW, int U, int NB, int R, bool dual, int P, int pf, int cl, bool pdl, "
                           "cudaStream_t st",
-                          "x, w, w2, out, ws, sem, M, N, K, S, NW, U, NB, R, dual, P, pf, pdl, st"),
+                          "x, w, w2, out, ws, sem, M, N, K, S, NW, U, NB, R, dual, P, pf, cl, pdl, st"),
         "gemvz_dispatch": ("int", "const void* x, const void* w, const void* esc, int capr, void* out, void* ws, "
                            "void* sem, int M, int N, int K, int S, int NW, int UG, int NB, int R, int P, uint32_t TL, "
-                           "uint32_t TH, int dbg, int pf, bool pdl, cudaStream_t st",
-                           "x, w, esc, capr, out, ws, sem, M, N, K, S, NW, UG, NB, R, P, TL, TH, dbg, pf, pdl, st"),
+                           "uint32_t TH, int dbg, int pf, int cl, bool pdl, cudaStream_t st",
+                           "x, w, esc, capr, out, ws, sem, M, N, K, S, NW, UG, NB, R, P, TL, TH, dbg, pf, cl, pdl, st"),
         "gemv_attrs": ("int", "int NW, int U, int NB, int R, bool dual, int P, int* res", "NW, U, NB, R, dual, P, res"),
         "gemvz_attrs": ("int", "int NW, int UG, int NB, int R, int P, int* res", "NW, UG, NB, R, P, res"),
     }
@@ -139,7 +139,8 @@ def s_options(kblocks, per_cta, row_groups):
 
 
 def candidates(ext, N, K, m, dual, compressed):
-    """Every compiled config that fits the shape and does not spill, with every S and pf."""
+    """Every compiled config that fits the shape and does not spill, with every S and pf, and for S > 1 both
+    split-K reductions (cl = 0: ticket, cl = 1: cluster)."""
     nb = sub.nb_of(m)
     out, spilled = [], 0
     for nw in NWS:
@@ -159,9 +160,10 @@ def candidates(ext, N, K, m, dual, compressed):
                     kblocks = K // 64 if compressed else K // 32
                     for s in s_options(kblocks, nw * u, N // (16 * r)):
                         for pf in PFS:
-                            c = (sub.GemvzConfig if compressed else sub.GemvConfig)(nw, s, u, r, pipe, pf)
-                            if not (sub.gemvz_fits if compressed else sub.gemv_fits)(c, N, K, m):
-                                out.append(c)
+                            for cl in ((0, 1) if s > 1 else (0,)):
+                                c = (sub.GemvzConfig if compressed else sub.GemvConfig)(nw, s, u, r, pipe, pf, 1, cl)
+                                if not (sub.gemvz_fits if compressed else sub.gemv_fits)(c, N, K, m):
+                                    out.append(c)
     return out, spilled
 
 

@@ -269,3 +269,17 @@ def test_row_groups_need_n_divisible_by_16r_and_smem_to_fit():
     assert S.gemv_fits(S.GemvConfig(4, 1, 1, 4, 1, 0), 64, 1024, 1) is None
     assert "shared memory" in S.gemv_fits(S.GemvConfig(16, 1, 1, 4, 1, 0), 1024, 8192, 32)
     assert "shared memory" in S.gemvz_fits(S.GemvzConfig(16, 1, 1, 4, 1, 0), 1024, 8192, 32)
+
+
+def test_cluster_split_needs_2_to_16_ctas_and_its_buffer_counts_as_shared_memory():
+    c = S.GemvConfig(8, 8, 4, 2, 3, 1, 1, 1)
+    assert S.gemv_fits(c, 256, 8192, 1) is None
+    assert "2 <= S <= 16" in S.gemv_fits(c._replace(s=1), 256, 8192, 1)
+    assert "2 <= S <= 16" in S.gemvz_fits(S.GemvzConfig(4, 32, 1, 1, 3, 0, 1, 1), 4096, 8192, 1)
+    assert "expected 0 (ticket) or 1" in S.gemv_fits(c._replace(cl=2), 256, 8192, 1)
+    # the leader's cbuf is (S - 1) partial tiles: 15 x (R=1 x NB=4 x 32 x 16 B) = 30 KB on top of red
+    big = S.GemvConfig(4, 16, 1, 1, 3, 0, 1, 1)
+    assert S.smem_bytes(4, 4, 1, False, 16, 1) - S.smem_bytes(4, 4, 1, False) == 15 * 4 * 32 * 16
+    assert S.gemv_fits(big, 256, 8192, 32) is None
+    assert "shared memory" in S.gemv_fits(big._replace(nw=8, r=2), 256, 8192, 32)
+    assert S.GemvConfig(4, 1, 1, 1, 1, 0).cl == 0 and S.GemvzConfig(4, 1, 1, 1, 1, 0).pdl == 1

@@ -221,3 +221,26 @@ def test_no_compiled_kernel_uses_local_memory():
         nw, ug, nb, r, p = [int(a) for a in args.split(",")]
         a = S._EXT.gemvz_attrs(nw, ug, nb, r, p)
         assert a and a[1] == 0, (args, a)
+
+
+@pytest.mark.parametrize("name,m,cfg", [
+    ("router", 1, S.GemvConfig(nw=8, s=8, u=4, r=2, pipe=3, pf=1) if torch.cuda.is_available() else None),
+    ("router", 16, S.GemvConfig(nw=16, s=16, u=1, r=2, pipe=0, pf=1) if torch.cuda.is_available() else None),
+    ("qkv_gate", 8, S.GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=3, pf=0) if torch.cuda.is_available() else None),
+    ("pooler", 2, S.GemvzConfig(nw=8, s=2, ug=1, r=1, pipe=0, pf=0) if torch.cuda.is_available() else None),
+])
+def test_cluster_split_k_gives_the_ticket_bits(prepared, suite, name, m, cfg):
+    """cl = 1 (reduction in the leader's distributed shared memory; S = 16 is a non-portable cluster) sums
+    the S partials in the ticket path's order: same bits, correct, deterministic, graph-safe under PDL."""
+    w = _layer_weight(name, 23)
+    L = S.prepare(name, w)
+    x = judge.fresh_x(m, L.K, 41, DEV)
+    L.set_config(m, cfg)
+    ticket = suite.call(x, L).clone()
+    L.set_config(m, cfg._replace(cl=1))
+    assert L.plan(m).config.cl == 1
+    assert torch.equal(suite.call(x, L), ticket)
+    suite.accuracy(L, w, m, 3, name + " cluster")
+    suite.determinism(L, m, 4, name + " cluster")
+    suite.graph_replay(L, m, 5, name + " cluster")
+    suite.probes(L, w, m, 6, name + " cluster")
