@@ -3,6 +3,7 @@
     python tune.py                          # all 30 shapes (about 5 minutes on an H200, build included)
     python tune.py --layers router --m 1,2  # a subset; the other rows of the tables are kept
     python tune.py --no-write               # measure and print only
+    python tune.py --backend triton         # the Triton path's configs -> tables/ttable.json
     python build.py                         # then regenerate submission.py from the tables
 
 How: one extension holds every candidate instantiation (plain NW in {4, 8, 16} x U in {1, 2, 4, 8} x
@@ -13,6 +14,10 @@ every S that divides K, is screened with a light replay count of SPEC's timing (
 of P back-to-back calls); the finalists are timed again with the full replay count, and the winner of each
 path goes to tables/ctable.json (plain) and tables/ztable.json (compressed) with its runner-ups. Tables are
 written after each layer, so an interrupted run keeps what it finished; rerun with --layers to resume.
+
+--backend triton sweeps the Triton path instead (TRITON_CANDIDATES: bn x bk x two split factors near one or
+two waves of programs, ticket mode, plus atomic mode for bk = 128); Triton compiles each (config, BM) once,
+on first use, so this sweep's time is mostly compilation. Winners go to tables/ttable.json.
 """
 import argparse
 import datetime
@@ -129,6 +134,21 @@ def build_tune_ext(insts, nfiles=None):
 
 
 # ---- candidates ------------------------------------------------------------------------------------
+def triton_candidates(N, K, m, dual):
+    """The Triton sweep for one shape: bn in {32, 64}, bk in {128, 256}, the two split factors s whose grids
+    come closest above one wave (132 programs), warps 4, stages 3; ticket mode, and atomic mode for bk = 128."""
+    out = []
+    for bn in (32, 64):
+        for bk in (128, 256):
+            ss = [s for s in (1, 2, 4, 8, 16, 32, 64) if K % (s * bk) == 0 and N // bn * s >= 132][:2]
+            for s in ss:
+                for mode in (("ticket", "atomic") if bk == 128 and s > 1 else ("ticket",)):
+                    c = sub.TritonConfig(bn, bk, s, 4, 3, mode)
+                    if not sub.tri_fits(c, N, K, m, dual):
+                        out.append(c)
+    return out
+
+
 def s_options(kblocks, per_cta, row_groups):
     """S values (powers of two) that divide the K blocks and keep the grid below 16 CTAs per SM."""
     out, s = [], 1
@@ -205,10 +225,13 @@ def main(argv=None):
     ap.add_argument("--keep", type=int, default=4, help="finalists per path")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--budget-s", type=float, default=540, help="stop (tables saved) before this many seconds")
+    ap.add_argument("--backend", choices=("cuda", "triton"), default="cuda")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("[tune] needs a CUDA device (an H200); nothing to do here")
         return 1
+    if args.backend == "triton":
+        return tune_triton(args)
     t_start = time.time()
     layers = [l for l in args.layers.split(",") if l]
     ms = [int(v) for v in args.m.split(",") if v]
@@ -259,6 +282,54 @@ def main(argv=None):
             break
     print(f"[tune] done in {time.time() - t_start:.0f} s" + ("" if args.no_write else
           "; tables/ updated: run `python build.py` to regenerate submission.py"))
+    return 0
+
+
+def tune_triton(args):
+    """--backend triton: every shape's Triton candidates, screened then re-timed; winners to ttable.json."""
+    sub._EXT = sub.build_extension()       # prepare() needs the CUDA extension too (its cached build)
+    t_start = time.time()
+    layers = [l for l in args.layers.split(",") if l]
+    ms = [int(v) for v in args.m.split(",") if v]
+    dev, date = torch.cuda.get_device_name(), datetime.date.today().isoformat()
+    shapes = build.load_json("shapes.json")
+    tt = build.load_ttable()
+    trow = {(r["layer"], r["m"]): r for r in tt["rows"]}
+    total, done = len(layers) * len(ms), 0
+    for name in layers:
+        d = judge.LAYERS[name]
+        N, K, dual = d["N"], d["K"], d["dtype"] == "fp32"
+        w = judge.trained_like(N, K, 5, "cuda", torch.float32 if dual else torch.bfloat16)
+        Ls = [sub.prepare(name, w, path="triton") for _ in range(judge.copies_for(N * K * 2 * (2 if dual else 1)))]
+        for m in ms:
+            if time.time() - t_start > args.budget_s:
+                print(f"[tune] budget of {args.budget_s:.0f} s reached: stopping", flush=True)
+                break
+            t0 = time.time()
+            x = judge.fresh_x(m, K, 3 + m, "cuda")
+            cands = triton_candidates(N, K, m, dual)
+            ranked = tune_shape(Ls, m, x, cands, args.screen, args.full, args.keep, lambda s: print(s, flush=True))
+            # SPEC wants bit-identical repeats: only ticket mode may win; atomic mode is measured for comparison
+            ticket = [r for r in ranked if r[1].mode == "ticket"]
+            atomic = [r for r in ranked if r[1].mode == "atomic"]
+            row = row_of(name, m, ticket, dev, date)
+            if atomic:
+                row["best_atomic"] = {"config": dict(atomic[0][1]._asdict()), "us": round(atomic[0][0], 3)}
+            trow[(name, m)] = row
+            done += 1
+            at = f"; best atomic {atomic[0][0]:.2f} us" if atomic else ""
+            print(f"[tune {done}/{total}] {name} m={m}: triton {ticket[0][1]} {ticket[0][0]:.2f} us (next "
+                  f"{ticket[1][0]:.2f}{at}; {len(cands)} cands)  [{time.time() - t0:.0f} s; "
+                  f"{time.time() - t_start:.0f} s in all]", flush=True)
+        del Ls
+        torch.cuda.empty_cache()
+        if not args.no_write:
+            order = {(d["layer"], m): i for i, (d, m) in enumerate((d, m) for d in shapes["layers"] for m in shapes["m"])}
+            tt["rows"] = sorted(trow.values(), key=lambda r: order.get((r["layer"], r["m"]), 10 ** 6))
+            tt["note"] = ("Triton winners measured by tune.py --backend triton (SPEC timing); build.py lists a row "
+                          "in TPICK where it beats the CUDA winner")
+            build.write_table("ttable.json", tt)
+    print(f"[tune] done in {time.time() - t_start:.0f} s")
     return 0
 
 
