@@ -74,6 +74,8 @@ def _comment(row):
         return "not measured"
     c = f"{row['us']:.2f} us"
     ru = row.get("runner_up") or []
+    if row.get("note"):
+        return c + " (hand-set: see the row's note in tables/)"
     if ru:
         c += f", runner-up {ru[0]['us']:.2f} us"
     return c

@@ -94,7 +94,12 @@ def test_every_scored_layer_and_odd_m_gets_a_fitting_compiled_config(name, m):
     dual = d["dtype"] == "fp32"
     comp = True if not dual else "fp32"
     p = S.plan_for(name, d["N"], d["K"], m, dual, comp)
-    assert p.path in ("plain", "compressed")
+    assert p.path in ("plain", "compressed", "triton")
+    if p.path == "triton":
+        assert S.tri_fits(p.config, d["N"], d["K"], m, dual) is None and p.config.mode == "ticket"
+        assert (name, S.reference_m(name, m, (S.TTABLE,))) in S.TPICK
+        # without Triton the same shape takes a compiled CUDA config
+        p = S.plan_for(name, d["N"], d["K"], m, dual, comp, tpick=frozenset())
     if p.path == "plain":
         assert S.gemv_fits(p.config, d["N"], d["K"], m) is None
         assert _c3(p.config, m, dual) in _compiled("GEMV_CONFIGS")
@@ -283,3 +288,14 @@ def test_cluster_split_needs_2_to_16_ctas_and_its_buffer_counts_as_shared_memory
     assert S.gemv_fits(big, 256, 8192, 32) is None
     assert "shared memory" in S.gemv_fits(big._replace(nw=8, r=2), 256, 8192, 32)
     assert S.GemvConfig(4, 1, 1, 1, 1, 0).cl == 0 and S.GemvzConfig(4, 1, 1, 1, 1, 0).pdl == 1
+
+
+def test_tpick_lists_exactly_the_triton_rows_faster_than_the_cuda_winner():
+    _, _, ct, zt = build.load_tables()
+    tt = build.load_ttable()
+    best = {(r["layer"], r["m"]): r["us"] for r in ct["rows"]}
+    for r in build.z_winners(ct["rows"], zt["rows"]):
+        best[(r["layer"], r["m"])] = min(best[(r["layer"], r["m"])], r["us"])
+    want = {(r["layer"], r["m"]) for r in tt["rows"] if r["us"] < best[(r["layer"], r["m"])]}
+    assert set(S.TPICK) == want
+    assert all(r["config"]["mode"] == "ticket" for r in tt["rows"])     # SPEC: bit-identical repeats
