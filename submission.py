@@ -1740,7 +1740,7 @@ def prepare(name, weight, *, path=None, pdl=None, ctable=None, ztable=None, ttab
     elif compressible is not True:
         L.z_note = f"not used: {compressible}"
     else:
-        L.z_note = "not used: the tables send every m to the plain path"
+        L.z_note = "not used: the tables send every m to the plain or Triton path"
     L.plans = [None] + [plan_for(name, N, K, m, L.dual, compressible, path, ctable, ztable, ttable, tpick)
                         for m in range(1, MAX_M + 1)]
     if any(p.path == "plain" for p in L.plans[1:]):

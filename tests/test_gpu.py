@@ -152,8 +152,12 @@ def test_random_bit_weights_fall_back_to_the_plain_path_and_say_why(suite, name)
     d = LAYERS[name]
     w = judge.random_bits(d["N"], d["K"], 5, DEV)
     L = S.prepare(name, w)
-    assert all(p.path == "plain" for p in L.plans[1:]), L.describe()
-    assert "out of window" in L.z_note or "not exact" in L.z_note, L.z_note
+    assert all(p.path in ("plain", "triton") for p in L.plans[1:]), L.describe()
+    tables_compress = any(S.plan_for(name, d["N"], d["K"], m, False, True).path == "compressed" for m in range(1, 33))
+    if tables_compress:     # prepare tried the format and says why it gave up
+        assert "out of window" in L.z_note or "not exact" in L.z_note, L.z_note
+    else:
+        assert "tables send every m" in L.z_note, L.z_note
     assert "12-bit format: not used" in L.describe()
     suite.accuracy(L, w, 4, 1, name + " random bits", True)     # rows whose fp32 sums cannot overflow
     suite.determinism(L, 4, 2, name + " random bits")
@@ -233,7 +237,7 @@ def test_cluster_split_k_gives_the_ticket_bits(prepared, suite, name, m, cfg):
     """cl = 1 (reduction in the leader's distributed shared memory; S = 16 is a non-portable cluster) sums
     the S partials in the ticket path's order: same bits, correct, deterministic, graph-safe under PDL."""
     w = _layer_weight(name, 23)
-    L = S.prepare(name, w)
+    L = S.prepare(name, w, path="compressed" if isinstance(cfg, S.GemvzConfig) else None)
     x = judge.fresh_x(m, L.K, 41, DEV)
     L.set_config(m, cfg)
     ticket = suite.call(x, L).clone()

@@ -1,5 +1,6 @@
 """A small back-to-back graph for compute-sanitizer (racecheck / synccheck): split-K plain (router-style
-DUAL), compressed with exceptions, a chain where one layer reads the other's output, all under PDL."""
+DUAL) through a non-portable cluster of 16 CTAs (cl=1), compressed with exceptions through a cluster of 4, a
+chain where one layer reads the other's output, all under PDL."""
 import torch
 
 import judge
@@ -9,7 +10,9 @@ dev = "cuda"
 R = S.prepare("router", judge.trained_like(256, 2048, 1, dev, torch.float32))            # split-K DUAL
 A = S.prepare("small_a", judge.trained_like(512, 1024, 2, dev), path="compressed")
 B = S.prepare("small_b", judge.trained_like(256, 512, 3, dev), path="plain")
-for m, L in ((1, R), (8, A), (32, B)):
+R.set_config(4, S.GemvConfig(nw=4, s=16, u=1, r=1, pipe=2, pf=0, cl=1))
+A.set_config(8, S.GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0, cl=1))
+for m, L in ((4, R), (8, A), (8, B)):
     print(L.describe().splitlines()[0], "|", L.plan(m))
 x = judge.fresh_x(4, 2048, 4, dev)
 xa = judge.fresh_x(8, 1024, 5, dev)
