@@ -28,7 +28,7 @@ HBM_BPS = 4.8e12               # bytes / s
 LATENCY_S = 0.7e-6             # load latency under load (guide ch. 2.4)
 LITTLE_PER_SM = HBM_BPS * LATENCY_S / SMS      # ~25.5 kB
 MAX_CTAS_PER_SM = 2            # assumption: registers allow at most 2 resident CTAs of our kernels
-SMEM_LIMIT = 48 * 1024         # static shared memory per CTA
+SMEM_LIMIT = 48 * 1024         # static + dynamic shared memory per CTA
 
 
 def nb_of(m):
@@ -40,34 +40,37 @@ def nb_of(m):
 def check_row(kind, layer, m, config):
     """Problems of one table row (empty list if it is fine). kind: 'plain' (gemv_kernel) or 'compressed'
     (gemvz_kernel); layer: {"layer", "N", "K", "dtype"}; config: {"nw", "s", "u" | "ug", "pipe"} and optionally
-    "r" (row blocks per warp, default 1), "pf" (L2 prefetch, 0/1), "pdl" (0/1)."""
+    "r" (row blocks per warp, default 1), "pf" (L2 prefetch, 0/1), "pdl" (0/1), "cl" (split-K in a cluster, 0/1)."""
     name, N, K = layer.get("layer", "?"), layer["N"], layer["K"]
     where = f"{kind} row ('{name}', m={m})"
     probs = []
     if kind not in ("plain", "compressed"):
         return [f"{where}: kind must be 'plain' or 'compressed'"]
     ukey = "u" if kind == "plain" else "ug"
-    for key in ("nw", "s", ukey, "pipe", "r", "pf", "pdl"):
-        v = config.get(key, {"r": 1, "pf": 0, "pdl": 1}.get(key))
-        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if key in ("pipe", "pf", "pdl") else 1):
-            want = "non-negative" if key in ("pipe", "pf", "pdl") else "positive"
+    for key in ("nw", "s", ukey, "pipe", "r", "pf", "pdl", "cl"):
+        v = config.get(key, {"r": 1, "pf": 0, "pdl": 1, "cl": 0}.get(key))
+        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if key in ("pipe", "pf", "pdl", "cl") else 1):
+            want = "non-negative" if key in ("pipe", "pf", "pdl", "cl") else "positive"
             probs.append(f"{where}: config field '{key}' = {v!r} is not a {want} int")
     if probs:
         return probs
     nw, s, u, pipe = config["nw"], config["s"], config[ukey], config["pipe"]
-    r, pf, pdl = config.get("r", 1), config.get("pf", 0), config.get("pdl", 1)
+    r, pf, pdl, cl = config.get("r", 1), config.get("pf", 0), config.get("pdl", 1), config.get("cl", 0)
     if not 1 <= m <= 32:
         probs.append(f"{where}: m={m} outside 1..32")
     nb = nb_of(m)
     if pipe > 3:
         probs.append(f"{where}: PIPE={pipe} not in 0..3")
-    if pf > 1 or pdl > 1:
-        probs.append(f"{where}: pf={pf}, pdl={pdl}: each is 0 or 1")
+    if pf > 1 or pdl > 1 or cl > 1:
+        probs.append(f"{where}: pf={pf}, pdl={pdl}, cl={cl}: each is 0 or 1")
+    if cl and not 2 <= s <= 16:
+        probs.append(f"{where}: cl=1 makes the S={s} CTAs of a row group one cluster: S must be 2..16")
     if N % (16 * r):
         probs.append(f"{where}: N={N} not a multiple of 16*R={16 * r}")
-    smem = nw * r * nb * 32 * 16 + (r * 16 * (nb * 8 + 1) * 4 if kind == "compressed" else 0) + 4
+    # red[NW][R*NB*32] float4 (+ the exception warp's ecorr) (+ with cl the leader's cbuf[S-1][R*NB*32])
+    smem = (nw + (s - 1) * (cl == 1)) * r * nb * 32 * 16 + (r * 16 * (nb * 8 + 1) * 4 if kind == "compressed" else 0) + 4
     if smem > SMEM_LIMIT:
-        probs.append(f"{where}: shared memory NW*R*NB*512 B (+ ecorr) = {smem} B > {SMEM_LIMIT} B")
+        probs.append(f"{where}: shared memory (NW + cl*(S-1))*R*NB*512 B (+ ecorr) = {smem} B > {SMEM_LIMIT} B")
     if kind == "plain":
         if K % 32:
             probs.append(f"{where}: K={K} not a multiple of 32")
@@ -105,7 +108,7 @@ def launch_numbers(kind, layer, config):
 def fmt_cfg(kind, c):
     u = f"u={c['u']}" if kind == "plain" else f"ug={c['ug']}"
     return (f"nw={c['nw']} s={c['s']} {u} r={c.get('r', 1)} pipe={c['pipe']} pf={c.get('pf', 0)} "
-            f"pdl={c.get('pdl', 1)}")
+            f"pdl={c.get('pdl', 1)} cl={c.get('cl', 0)}")
 
 
 def print_row(kind, layer, m, config, note=""):

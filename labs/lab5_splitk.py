@@ -6,8 +6,10 @@ Mirrors splitk_combine in submission.py (used by gemv_kernel and gemvz_kernel wh
 of a row block parks its fp32 partial in ws[rb][s], takes a ticket with atomicAdd(&sem[rb], 1); the CTA that
 draws S-1 sums ws[rb][0..S-1] in that fixed order, stores, and resets sem[rb] = 0 for the next call.
 The lab lets CTAs finish in random orders over several CUDA-graph replays and shows the output is bit-identical
-every time; with RESET = False, replay 1 loses its output. Then the atomic-add alternative: it needs a zeroed
-output before every call and its rounding depends on the order in which CTAs finish.
+every time; with RESET = False, replay 1 loses its output. Then cluster_combine (cl = 1: the S CTAs form one
+thread-block cluster and the leader sums the others' partials out of its own shared memory after one cluster
+barrier): the same bits as the ticket, and no state that outlives a launch. Last the atomic-add alternative: it
+needs a zeroed output before every call and its rounding depends on the order in which CTAs finish.
 """
 import sys
 
@@ -71,6 +73,22 @@ def splitk_combine(partials, ws, sem, out, order, reset=True):
     return stored
 
 
+def cluster_combine(partials, order):
+    """cl = 1, one launch: CTA s > 0 stores its partial into slot s - 1 of the leader's cbuf (distributed shared
+    memory, garbage at launch); after the cluster barrier (every store of step 0 happens before it) the leader
+    adds its own partial and slots 0..S-2 in the order s = 0..S-1. Returns out [R, T]."""
+    R, S, T = partials.shape
+    cbuf = np.full((R, S - 1, T), np.nan, np.float32)            # the leader's dynamic shared memory
+    for rb, sidx, step in order:
+        if step == 0 and sidx > 0:
+            cbuf[rb, sidx - 1] = partials[rb, sidx]                # st.shared::cluster into CTA rank 0
+    # barrier.cluster.arrive.release / wait.acquire: the leader reads only after every store above
+    out = partials[:, 0].copy()                                   # the leader's own partial, in registers
+    for s in range(1, S):
+        out = (out + cbuf[:, s - 1]).astype(np.float32)
+    return out
+
+
 def atomic_add_launch(partials, out, order):
     """The alternative: every CTA does atomicAdd(out, partial) into an fp32 buffer that must start at 0."""
     for rb, sidx, step in order:
@@ -123,6 +141,15 @@ def main():
     check(lost == [False, True, True], f"without the reset replay 0 is right and replay 1 loses its output: "
                                        f"no CTA draws ticket S-1 = {S - 1} (they draw {S}..{2 * S - 1}), "
                                        f"out stays poisoned")
+
+    print("\n# cl = 1: the S CTAs are one cluster; the leader sums from its shared memory")
+    crng = np.random.default_rng(7)                          # its own orders: the sections below keep theirs
+    outs = [cluster_combine(partials, interleaving(crng, R, S)) for _ in range(replays)]
+    same = sum(bool(np.array_equal(o.view(np.uint32), ref.view(np.uint32))) for o in outs)
+    print(f"  the leader starts from its own partial instead of 0: 0 + p == p bit for bit for every p except "
+          f"-0 (0 + -0 = +0), and a partial is never -0 (the MMA accumulators start at +0)")
+    check(same == replays, f"cluster reduction over {replays} random store orders: bit-identical to the ticket "
+                           f"path's fixed-order sum in {same} of {replays}; no workspace, no ticket, nothing to reset")
 
     print("\n# Alternative: atomicAdd of each partial into a zeroed fp32 output")
     results = []

@@ -4,6 +4,7 @@ import os
 os.environ.setdefault("MUSE_BUILD", "0")   # before importing submission: no CUDA build on a CPU machine
 
 import importlib.util
+import itertools
 import json
 import pathlib
 import subprocess
@@ -73,6 +74,7 @@ def test_lab0_checks_every_table_row_and_the_router_exercise():
                           "corrections skipped (dbg & 1) is wrong",
                           "lab3: all checks passed")),
     ("lab5_splitk.py", ("verified: 200 graph replays, each with a random completion order: out bit-identical",
+                        "verified: cluster reduction over 200 random store orders: bit-identical",
                         "verified: without the reset replay 0 is right and replay 1 loses its output",
                         "verified: atomic add:",
                         "it needs a memset per call",
@@ -277,12 +279,13 @@ def test_check_row_agrees_with_submission_fits():
             for nw in (1, 2, 4, 8, 16):
                 for s in (1, 2, 3, 4, 8):
                     for u in (1, 2, 4):
-                        for r in (1, 2, 4, 3):
-                            plain = submission.gemv_fits(submission.GemvConfig(nw, s, u, r, 1, 0), l["N"], l["K"], m)
-                            got = lab0.check_row("plain", l, m, dict(nw=nw, s=s, u=u, r=r, pipe=1))
-                            assert (plain is None) == (got == []), (name, m, nw, s, u, r, plain, got)
+                        for r, cl in itertools.product((1, 2, 4, 3), (0, 1)):
+                            cfg = submission.GemvConfig(nw, s, u, r, 1, 0, 1, cl)
+                            plain = submission.gemv_fits(cfg, l["N"], l["K"], m)
+                            got = lab0.check_row("plain", l, m, dict(nw=nw, s=s, u=u, r=r, pipe=1, cl=cl))
+                            assert (plain is None) == (got == []), (name, m, cfg, plain, got)
                             if l["dtype"] == "bf16":
-                                comp = submission.gemvz_fits(submission.GemvzConfig(nw, s, u, r, 1, 0), l["N"], l["K"],
-                                                             m)
-                                got = lab0.check_row("compressed", l, m, dict(nw=nw, s=s, ug=u, r=r, pipe=1))
-                                assert (comp is None) == (got == []), (name, m, nw, s, u, r, comp, got)
+                                zcfg = submission.GemvzConfig(nw, s, u, r, 1, 0, 1, cl)
+                                comp = submission.gemvz_fits(zcfg, l["N"], l["K"], m)
+                                got = lab0.check_row("compressed", l, m, dict(nw=nw, s=s, ug=u, r=r, pipe=1, cl=cl))
+                                assert (comp is None) == (got == []), (name, m, zcfg, comp, got)
