@@ -1175,7 +1175,6 @@ except ImportError:
     triton = None
 
 TRI_MODES = ("ticket", "atomic")
-TRI_MAX_M = 32
 TRI_SMEM_LIMIT = 227 * 1024   # opt-in shared memory of one H100 / H200 CTA
 
 
@@ -1305,8 +1304,8 @@ def tri_fits(cfg, N, K, m, dual=False):
             return f"{name}={v} must be an int >= 1"
     if cfg.pdl not in (0, 1):
         return f"pdl={cfg.pdl} must be 0 or 1"
-    if not 1 <= m <= TRI_MAX_M:
-        return f"m={m} is outside 1..{TRI_MAX_M}"
+    if not 1 <= m <= MAX_M:
+        return f"m={m} is outside 1..{MAX_M}"
     if N < 1 or K < 1 or N * K >= 2 ** 31:
         return f"N={N} K={K}: both must be positive and N*K < 2**31 (int32 offsets)"
     if N % cfg.bn:
@@ -1347,7 +1346,7 @@ def _tri_tensor(name, t, dtype, shape, device):
 
 
 def _tri_check(x, w, w2, out, ws, sem, cfg, dual):
-    """Validates a tri_gemv call; returns (m, N, K)."""
+    """Validates a tri_gemv call (raises TypeError / ValueError naming the expected and received values)."""
     if not isinstance(cfg, TritonConfig):
         raise TypeError(f"cfg: expected a TritonConfig, received {type(cfg).__name__}")
     if not isinstance(dual, bool):
@@ -1374,7 +1373,6 @@ def _tri_check(x, w, w2, out, ws, sem, cfg, dual):
     if ws.numel() < ws_need or sem.numel() < sem_need:
         raise ValueError(f"ws / sem: expected at least {ws_need} / {sem_need} elements, "
                          f"received {ws.numel()} / {sem.numel()}")
-    return m, N, K
 
 
 def tri_gemv(x, w, w2, out, ws, sem, cfg, dual, pdl=True, reverse=False):
@@ -1388,7 +1386,14 @@ def tri_gemv(x, w, w2, out, ws, sem, cfg, dual, pdl=True, reverse=False):
     """
     if triton is None:
         raise RuntimeError("the Triton path needs the triton package (pip install triton)")
-    m, N, K = _tri_check(x, w, w2, out, ws, sem, cfg, dual)
+    _tri_check(x, w, w2, out, ws, sem, cfg, dual)
+    return _tri_launch(x, w, w2, out, ws, sem, cfg, dual, pdl, reverse)
+
+
+def _tri_launch(x, w, w2, out, ws, sem, cfg, dual, pdl, reverse=False):
+    """tri_gemv without its checks: kernel_fn's per-call path (the inputs are checked there, the config and the
+    buffers at prepare)."""
+    (m, K), N = x.shape, w.shape[0]
     use_pdl = bool(pdl and cfg.pdl) and not _TRI_INTERPRET
     # launch_pdl is a compile option as well as a launch attribute: pass it only when on
     extra = {"launch_pdl": True} if use_pdl else {}
@@ -1472,9 +1477,8 @@ PlanEntry = collections.namedtuple("PlanEntry", "path config why")   # plain | c
 
 def tri_default(N, K, m, dual):
     """The Triton default for a (layer, m) TTABLE does not cover: bn = 32 (16 if N needs it), bk = 128 (64 if K
-    needs it), 4 warps,
-    3 stages, ticket mode, s the smallest power of two giving TARGET_CTAS programs that divides K. None if
-    nothing fits."""
+    needs it), 4 warps, 3 stages, ticket mode, s the smallest power of two giving TARGET_CTAS programs that
+    divides K. None if nothing fits."""
     for bn, bk in ((32, 128), (16, 128), (32, 64), (16, 64)):
         cfg = TritonConfig(bn, bk, 1, 4, 3, "ticket")
         if tri_fits(cfg, N, K, m, dual):
@@ -1838,8 +1842,8 @@ def kernel_fn(x, layer, out=None):
         return out
     c = p.config
     if p.path == "triton":
-        return tri_gemv(x, layer.tw, layer.tw2, out, layer.tws if c.mode == "ticket" else layer.twa, layer.tsem, c,
-                        layer.dual, pdl=layer.pdl)
+        return _tri_launch(x, layer.tw, layer.tw2, out, layer.tws if c.mode == "ticket" else layer.twa, layer.tsem,
+                           c, layer.dual, layer.pdl)
     if p.path == "plain":
         _EXT.gemv(x, layer.w, layer.w2, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.u, c.r, nb_of(m),
                   layer.dual, c.pipe, c.pf, c.cl, layer.pdl and c.pdl == 1)

@@ -15,8 +15,8 @@ of P back-to-back calls); the finalists are timed again with the full replay cou
 path goes to tables/ctable.json (plain) and tables/ztable.json (compressed) with its runner-ups. Tables are
 written after each layer, so an interrupted run keeps what it finished; rerun with --layers to resume.
 
---backend triton sweeps the Triton path instead (TRITON_CANDIDATES: bn x bk x two split factors near one or
-two waves of programs, ticket mode, plus atomic mode for bk = 128); Triton compiles each (config, BM) once,
+--backend triton sweeps the Triton path instead (triton_candidates: bn x bk x the two split factors just
+above one wave of programs, ticket mode, plus atomic mode for bk = 128); Triton compiles each (config, BM) once,
 on first use, so this sweep's time is mostly compilation. Winners go to tables/ttable.json.
 """
 import argparse
@@ -230,11 +230,11 @@ def main(argv=None):
     if not torch.cuda.is_available():
         print("[tune] needs a CUDA device (an H200); nothing to do here")
         return 1
-    if args.backend == "triton":
-        return tune_triton(args)
-    t_start = time.time()
     layers = [l for l in args.layers.split(",") if l]
     ms = [int(v) for v in args.m.split(",") if v]
+    if args.backend == "triton":
+        return tune_triton(args, layers, ms)
+    t_start = time.time()
     duals = sorted({judge.LAYERS[l]["dtype"] == "fp32" for l in layers})
     nbs = sorted({sub.nb_of(m) for m in ms})
     ext = build_tune_ext(instances(nbs, duals))
@@ -285,12 +285,10 @@ def main(argv=None):
     return 0
 
 
-def tune_triton(args):
+def tune_triton(args, layers, ms):
     """--backend triton: every shape's Triton candidates, screened then re-timed; winners to ttable.json."""
     sub._EXT = sub.build_extension()       # prepare() needs the CUDA extension too (its cached build)
     t_start = time.time()
-    layers = [l for l in args.layers.split(",") if l]
-    ms = [int(v) for v in args.m.split(",") if v]
     dev, date = torch.cuda.get_device_name(), datetime.date.today().isoformat()
     shapes = build.load_json("shapes.json")
     tt = build.load_ttable()
@@ -324,8 +322,7 @@ def tune_triton(args):
         del Ls
         torch.cuda.empty_cache()
         if not args.no_write:
-            order = {(d["layer"], m): i for i, (d, m) in enumerate((d, m) for d in shapes["layers"] for m in shapes["m"])}
-            tt["rows"] = sorted(trow.values(), key=lambda r: order.get((r["layer"], r["m"]), 10 ** 6))
+            tt["rows"] = _in_shape_order(trow, shapes)
             tt["note"] = ("Triton winners measured by tune.py --backend triton (SPEC timing); build.py lists a row "
                           "in TPICK where it beats the CUDA winner")
             build.write_table("ttable.json", tt)
@@ -333,11 +330,15 @@ def tune_triton(args):
     return 0
 
 
-def _save(ct, zt, crow, zrow, shapes):
+def _in_shape_order(rows, shapes):
+    """The rows of {(layer, m): row} in tables/shapes.json's order (unknown shapes last)."""
     order = {(d["layer"], m): i for i, (d, m) in enumerate((d, m) for d in shapes["layers"] for m in shapes["m"])}
-    key = lambda r: order.get((r["layer"], r["m"]), 10 ** 6)
-    ct["rows"] = sorted(crow.values(), key=key)
-    zt["rows"] = sorted(zrow.values(), key=key)
+    return sorted(rows.values(), key=lambda r: order.get((r["layer"], r["m"]), 10 ** 6))
+
+
+def _save(ct, zt, crow, zrow, shapes):
+    ct["rows"] = _in_shape_order(crow, shapes)
+    zt["rows"] = _in_shape_order(zrow, shapes)
     ct["note"] = "winners measured by tune.py (SPEC timing); runner_up = the next finalists"
     zt["note"] = ct["note"] + "; build.py puts a row in ZTABLE only where it beats the plain row"
     build.write_table("ctable.json", ct)

@@ -182,6 +182,21 @@ def shared_buffers_case():
             assert int(sem.abs().sum()) == 0
 
 
+def kernel_fn_case():
+    """kernel_fn's Triton branch (no re-validation per call) on a Layer planned by hand: bf16 and DUAL weights,
+    split K, both modes; buffers as Layer._alloc_workspace sizes them."""
+    for dual, cfg in ((False, TC(16, 128, 2, 4, 2, "ticket")), (True, TC(32, 64, 4, 4, 2, "atomic"))):
+        w, _, wref = make_weights(INTERP_N, INTERP_K, dual, 70, "cpu")
+        L = T.Layer("t", wref.float() if dual else w)
+        L.plans = [None] + [T.PlanEntry("triton", cfg, "test")] * T.MAX_M
+        L._pack_triton()
+        L._alloc_workspace()
+        for m in (1, 17):
+            x = make_x(m, INTERP_K, 80 + m, "cpu")
+            check_close(T.kernel_fn(x, L), x.double() @ wref.t(), dual, f"kernel_fn {cfg} dual={dual} m={m}")
+        assert int(L.tsem.abs().sum()) == 0 and bool((L.twa == 0).all())
+
+
 def interpreter_main():
     """Runs every interpreter case; prints {case id: "ok" | traceback} as one JSON line."""
     assert T._TRI_INTERPRET, "run with TRITON_INTERPRET=1"
@@ -189,6 +204,7 @@ def interpreter_main():
     jobs = {cid: functools.partial(check_case, INTERP_N, INTERP_K, m, cfg, dual, 100 + i, "cpu")
             for i, (cid, (m, cfg, dual)) in enumerate(interp_cases().items())}
     jobs["shared-buffers"] = shared_buffers_case
+    jobs["kernel_fn"] = kernel_fn_case
     for cid, job in jobs.items():
         try:
             job()
@@ -207,7 +223,7 @@ def interp_results():
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("case", [*interp_cases(), "shared-buffers"])
+@pytest.mark.parametrize("case", [*interp_cases(), "shared-buffers", "kernel_fn"])
 def test_interpreter(interp_results, case):
     assert interp_results[case] == "ok", interp_results[case]
 
