@@ -157,7 +157,7 @@ ZTABLE = {
 # ===================================================================================================
 KERNEL_SRC = r"""
 // MUSE BF16 GEMV kernels for sm_90.
-// defines: ld_stream, ld_x, mma16816, prmt, lop3_or_and, pdl_trigger, pdl_wait, decz, prefetch_l2,
+// defines: ld_stream, ld_x, mma16816, prmt, lop3_or_and, pdl_trigger, pdl_wait, decz, prefetch_l2, prefetch_units,
 //          load_wbatch, load_zbatch, sum_warps, mma_zgroup, splitk_combine, store_tile, gemv_kernel, gemvz_kernel,
 //          unpackz_kernel, launch_pdl, gemv_dispatch, gemvz_dispatch, gemv_attrs, gemvz_attrs, unpackz_launch
 #include <cuda_bf16.h>
@@ -252,9 +252,28 @@ __device__ __forceinline__ uint4 decz(uint32_t lo0, uint32_t lo1, uint32_t c, ui
 }
 
 // Ask L2 to fetch [p, p + bytes) from HBM now: one instruction, no registers held until the data is
-// used. Weights are constant after prepare, so this may run before pdl_wait (pf = 1: the warp's slice).
+// used. Weights are constant after prepare, so this may run before pdl_wait.
 __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
+// The L2 prefetch of the weights, pf per config (one lane of the warp issues it):
+//   pf = 0: none; pf = 1: the warp's whole slice, before pdl_wait;
+//   pf = d >= 2: rolling, d units ahead of the loads: units [0, d) before pdl_wait, then [i + d, i + d + U)
+//   at the trip that loads unit i. A unit is a K block (1 KB per row block, gemv_kernel) or a 64-wide group
+//   (1.5 KB, gemvz_kernel). The registers hold one or two batches; the prefetch keeps about d units per
+//   warp in flight besides, so a CTA streams at the rate HBM gives it rather than one batch per latency,
+//   and before pdl_wait it fetches d units instead of the whole slice (whose L2 footprint, for the big
+//   layers, is most of the L2). This function issues units [from, from + n) of each of the R row blocks
+//   (and of the router's lo half when TWO).
+template <int R, bool TWO>
+__device__ __forceinline__ void prefetch_units(const uint4* p, const uint4* p2, size_t rstride, int from, int n,
+                                               int unit16, uint32_t unit_bytes) {
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    prefetch_l2(p + r * rstride + (size_t)from * unit16, (uint32_t)n * unit_bytes);
+    if (TWO) prefetch_l2(p2 + r * rstride + (size_t)from * unit16, (uint32_t)n * unit_bytes);
+  }
 }
 
 // ---- shared pieces of both GEMVs ------------------------------------------------------------------
@@ -443,8 +462,8 @@ __device__ __forceinline__ void store_tile(void* __restrict__ out, float4 v, int
 // (measured 2026-11-30: pooler 16.6 us at m=1, 27.5 us at m=32). R row blocks per warp reuse each x
 // fragment R times from registers.
 // PIPE: 0/3 load a batch of U blocks, then compute it (3: minBlocks 1); 1/2 software-pipelined, the
-// next batch's loads issued before this batch's mma (2: two CTAs per SM). The first batch (and, pf = 1,
-// an L2 prefetch of the warp's whole slice) is issued before pdl_wait: weights are constant after
+// next batch's loads issued before this batch's mma (2: two CTAs per SM). The first batch (and, pf >= 1,
+// the L2 prefetch of the slice or of its first pf K blocks: prefetch_units) is issued before pdl_wait: weights are constant after
 // prepare, so under PDL it overlaps the previous kernel's tail. Lab: labs/lab2_fragments.py, lab5.
 template <int NW, int U, int NB, int R, bool DUAL, int PIPE>
 __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS(PIPE))
@@ -466,13 +485,7 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
   const uint4* wp = w + woff;
   const uint4* wp2 = DUAL ? (w2 + woff) : nullptr;
 
-  if (pf && lane == 0) {
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      prefetch_l2(wp + r * rstride, (uint32_t)KBW * 1024u);
-      if (DUAL) prefetch_l2(wp2 + r * rstride, (uint32_t)KBW * 1024u);
-    }
-  }
+  if (pf && lane == 0) prefetch_units<R, DUAL>(wp, wp2, rstride, 0, pf == 1 ? KBW : min(pf, KBW), 64, 1024u);
   uint4 a[NH][U][R][2];
   load_wbatch<U, NH, R>(a, wp, wp2, rstride, 0);
   pdl_wait();
@@ -488,6 +501,7 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
 
   if constexpr (PIPE == 0 || PIPE == 3) {
     for (int i = 0; i < KBW; i += U) {
+      if (pf > 1 && lane == 0 && i + pf < KBW) prefetch_units<R, DUAL>(wp, wp2, rstride, i + pf, min(U, KBW - i - pf), 64, 1024u);
       if (i > 0) load_wbatch<U, NH, R>(a, wp, wp2, rstride, i);
 #pragma unroll
       for (int u = 0; u < U; u++) {
@@ -506,6 +520,7 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
     }
   } else {
     for (int i = 0; i < KBW; i += U) {
+      if (pf > 1 && lane == 0 && i + pf < KBW) prefetch_units<R, DUAL>(wp, wp2, rstride, i + pf, min(U, KBW - i - pf), 64, 1024u);
       uint4 xv[U][NB];
 #pragma unroll
       for (int u = 0; u < U; u++)
@@ -608,10 +623,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int2
     const int g0 = sidx * KGS + warp * KGW;
     const size_t rstride = (size_t)KG * 96;
     const uint4* wp = w + ((size_t)rg * R * KG + g0) * 96 + lane;
-    if (pf && lane == 0) {
-#pragma unroll
-      for (int r = 0; r < R; r++) prefetch_l2(wp + r * rstride, (uint32_t)KGW * 1536u);
-    }
+    if (pf && lane == 0) prefetch_units<R, false>(wp, nullptr, rstride, 0, pf == 1 ? KGW : min(pf, KGW), 96, 1536u);
     uint4 z[UG][R][3];
     load_zbatch<UG, R>(z, wp, rstride, 0);
     pdl_wait();
@@ -627,6 +639,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int2
 
     if constexpr (PIPE == 0 || PIPE == 3) {
       for (int i = 0; i < KGW; i += UG) {
+        if (pf > 1 && lane == 0 && i + pf < KGW) prefetch_units<R, false>(wp, nullptr, rstride, i + pf, min(UG, KGW - i - pf), 96, 1536u);
         if (i > 0) load_zbatch<UG, R>(z, wp, rstride, i);
 #pragma unroll
         for (int u = 0; u < UG; u++) {
@@ -642,6 +655,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int2
       }
     } else {
       for (int i = 0; i < KGW; i += UG) {
+        if (pf > 1 && lane == 0 && i + pf < KGW) prefetch_units<R, false>(wp, nullptr, rstride, i + pf, min(UG, KGW - i - pf), 96, 1536u);
         uint4 xa[UG][NB], xb[UG][NB];
 #pragma unroll
         for (int u = 0; u < UG; u++)
@@ -1421,6 +1435,8 @@ def smem_bytes(nw, nb, r, compressed, s=1, cl=0):
 
 
 def _split_fits(cfg, smem):
+    if not isinstance(cfg.pf, int) or cfg.pf < 0:
+        return f"pf={cfg.pf!r}: expected 0 (none), 1 (the warp's slice) or d >= 2 (rolling, d units ahead)"
     if cfg.cl not in (0, 1):
         return f"cl={cfg.cl}: expected 0 (ticket) or 1 (cluster)"
     if cfg.cl and not 2 <= cfg.s <= MAX_CLUSTER:

@@ -3,6 +3,7 @@
     python tune.py                          # all 30 shapes (about 5 minutes on an H200, build included)
     python tune.py --layers router --m 1,2  # a subset; the other rows of the tables are kept
     python tune.py --no-write               # measure and print only
+    python tune.py --pf 0 --pf-final 0     # no L2 prefetch candidates (screen / finalists)
     python tune.py --backend triton         # the Triton path's configs -> tables/ttable.json
     python build.py                         # then regenerate submission.py from the tables
 
@@ -10,9 +11,9 @@ How: one extension holds every candidate instantiation (plain NW in {4, 8, 16} x
 PIPE 0..3; compressed NW in {4, 8, 16} x UG in {1, 2, 4} x PIPE 0..3; for the NB and DUAL the selected
 shapes need), compiled from submission.KERNEL_SRC split over several .cu files so ninja builds them on all
 cores. Candidates that spill (local memory > 0, as the compiler reports) are dropped. Each candidate, with
-every S that divides K, is screened with a light replay count of SPEC's timing (P copies >= 2 GB, one graph
-of P back-to-back calls); the finalists are timed again with the full replay count, and the winner of each
-path goes to tables/ctable.json (plain) and tables/ztable.json (compressed) with its runner-ups. Tables are
+every S that divides K and each screen pf (--pf), is screened with a light replay count of SPEC's timing (P
+copies >= 2 GB, one graph of P back-to-back calls); the finalists are timed again with the full replay count,
+each also at every --pf-final value and with PDL off, and the winner of each path goes to tables/ctable.json (plain) and tables/ztable.json (compressed) with its runner-ups. Tables are
 written after each layer, so an interrupted run keeps what it finished; rerun with --layers to resume.
 
 --backend triton sweeps the Triton path instead (triton_candidates: bn x bk x the two split factors just
@@ -38,7 +39,8 @@ US = (1, 2, 4)
 UGS = (1, 2, 4)
 RS = (1, 2, 4)
 PIPES = (0, 1, 2, 3)
-PFS = (0, 1)
+PFS = (0, 4)                  # L2 prefetch in the screen: none, rolling 4 units ahead (--pf overrides)
+FINAL_PFS = (0, 1, 2, 4, 8)   # and for the finalists: also the warp's whole slice (1), 2 and 8 ahead (--pf-final)
 ROOT = os.path.dirname(os.path.abspath(__file__))
 RENAMED = ("gemv_dispatch", "gemvz_dispatch", "gemv_attrs", "gemvz_attrs", "unpackz_launch", "unpackz_kernel")
 
@@ -158,9 +160,9 @@ def s_options(kblocks, per_cta, row_groups):
     return out
 
 
-def candidates(ext, N, K, m, dual, compressed):
-    """Every compiled config that fits the shape and does not spill, with every S and pf, and for S > 1 both
-    split-K reductions (cl = 0: ticket, cl = 1: cluster)."""
+def candidates(ext, N, K, m, dual, compressed, pfs=PFS):
+    """Every compiled config that fits the shape and does not spill, with every S and pf in pfs; for S > 1 the
+    cluster reduction (cl = 1), or the ticket (cl = 0) where the cluster's shared memory does not fit."""
     nb = sub.nb_of(m)
     out, spilled = [], 0
     for nw in NWS:
@@ -179,11 +181,14 @@ def candidates(ext, N, K, m, dual, compressed):
                         continue                  # too many registers for this many threads: cannot launch
                     kblocks = K // 64 if compressed else K // 32
                     for s in s_options(kblocks, nw * u, N // (16 * r)):
-                        for pf in PFS:
-                            for cl in ((0, 1) if s > 1 else (0,)):
+                        for pf in pfs:
+                            # S > 1: the cluster reduction, and the ticket only where the cluster does not fit
+                            # (session 2's sweep of both: every S > 1 winner took the cluster where it fit)
+                            for cl in ((1, 0) if s > 1 else (0,)):
                                 c = (sub.GemvzConfig if compressed else sub.GemvConfig)(nw, s, u, r, pipe, pf, 1, cl)
                                 if not (sub.gemvz_fits if compressed else sub.gemv_fits)(c, N, K, m):
                                     out.append(c)
+                                    break
     return out, spilled
 
 
@@ -194,8 +199,9 @@ def time_config(Ls, m, cfg, x, replays):
     return ms * 1e3 / len(Ls)
 
 
-def tune_shape(Ls, m, x, cands, screen, full, keep, log):
-    """Screen every candidate, re-time the best `keep`; returns [(us, cfg)] sorted, finalists first."""
+def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=()):
+    """Screen every candidate, re-time the best `keep`, each also at every pf of final_pfs and without PDL;
+    returns [(us, cfg)] sorted, finalists first."""
     res = []
     for c in cands:
         try:
@@ -205,9 +211,23 @@ def tune_shape(Ls, m, x, cands, screen, full, keep, log):
     res.sort(key=lambda r: r[0])
     # finalists: the best `keep`, each also without PDL (a config whose CTAs crowd the SMs can lose to the
     # next kernel's early CTAs: measured 2026-11-30 on qkv_gate, NW=16 S=1: 12.2 us with PDL, 10.2 without)
-    fin = [(time_config(Ls, m, c2, x, full), c2) for _, c in res[:keep] for c2 in (c, c._replace(pdl=0))]
+    variants = []
+    for _, c in res[:keep]:
+        for pf in [c.pf] + [p for p in final_pfs if p != c.pf]:
+            for c2 in (c._replace(pf=pf), c._replace(pf=pf, pdl=0)):
+                if c2 not in variants:
+                    variants.append(c2)
+    fin = [(time_config(Ls, m, c2, x, full), c2) for c2 in variants]
     fin.sort(key=lambda r: r[0])
     return fin + res[keep:]
+
+
+def best_by_pf(ranked):
+    """'pf 0: 9.10, 1: 9.32, ...': the best time at each pf value (finalists re-timed, the rest screened)."""
+    best = {}
+    for us, c in ranked:
+        best[c.pf] = min(us, best.get(c.pf, us))
+    return "pf " + ", ".join(f"{pf}: {us:.2f}" for pf, us in sorted(best.items()))
 
 
 def row_of(layer, m, ranked, device, date):
@@ -226,12 +246,18 @@ def main(argv=None):
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--budget-s", type=float, default=540, help="stop (tables saved) before this many seconds")
     ap.add_argument("--backend", choices=("cuda", "triton"), default="cuda")
+    ap.add_argument("--pf", default=",".join(map(str, PFS)), help="L2 prefetch values to screen (0, 1, d >= 2)")
+    ap.add_argument("--pf-final", default=",".join(map(str, FINAL_PFS)), help="L2 prefetch values for the finalists")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("[tune] needs a CUDA device (an H200); nothing to do here")
         return 1
     layers = [l for l in args.layers.split(",") if l]
     ms = [int(v) for v in args.m.split(",") if v]
+    pfs = tuple(int(v) for v in args.pf.split(",") if v)
+    fpfs = tuple(int(v) for v in args.pf_final.split(",") if v)
+    if not pfs or min(pfs + fpfs) < 0:
+        ap.error(f"--pf {args.pf!r} / --pf-final {args.pf_final!r}: expected non-negative ints, e.g. 0,4")
     if args.backend == "triton":
         return tune_triton(args, layers, ms)
     t_start = time.time()
@@ -262,15 +288,17 @@ def main(argv=None):
                 break
             x = judge.fresh_x(m, K, 3 + m, "cuda")
             t0 = time.time()
-            cp, sp = candidates(ext, N, K, m, dual, False)
-            rp = tune_shape(Ls, m, x, cp, args.screen, args.full, args.keep, log)
+            cp, sp = candidates(ext, N, K, m, dual, False, pfs)
+            rp = tune_shape(Ls, m, x, cp, args.screen, args.full, args.keep, log, fpfs)
             crow[(name, m)] = row_of(name, m, rp, dev, date)
-            line = f"plain {rp[0][1]} {rp[0][0]:.2f} us (next {rp[1][0]:.2f}; {len(cp)} cands, {sp} spilled)"
+            line = (f"plain {rp[0][1]} {rp[0][0]:.2f} us (next {rp[1][0]:.2f}; {len(cp)} cands, {sp} spilled; "
+                    f"{best_by_pf(rp)})")
             if not dual:
-                cz, sz = candidates(ext, N, K, m, dual, True)
-                rz = tune_shape(Ls, m, x, cz, args.screen, args.full, args.keep, log)
+                cz, sz = candidates(ext, N, K, m, dual, True, pfs)
+                rz = tune_shape(Ls, m, x, cz, args.screen, args.full, args.keep, log, fpfs)
                 zrow[(name, m)] = row_of(name, m, rz, dev, date)
-                line += f" | compressed {rz[0][1]} {rz[0][0]:.2f} us (next {rz[1][0]:.2f}; {len(cz)} cands, {sz} spilled)"
+                line += (f" | compressed {rz[0][1]} {rz[0][0]:.2f} us (next {rz[1][0]:.2f}; {len(cz)} cands, "
+                         f"{sz} spilled; {best_by_pf(rz)})")
             done += 1
             el = time.time() - t_start
             log(f"[tune {done}/{total}] {name} m={m}: {line}  [{time.time() - t0:.0f} s; {el:.0f} s in all]")

@@ -40,7 +40,8 @@ def nb_of(m):
 def check_row(kind, layer, m, config):
     """Problems of one table row (empty list if it is fine). kind: 'plain' (gemv_kernel) or 'compressed'
     (gemvz_kernel); layer: {"layer", "N", "K", "dtype"}; config: {"nw", "s", "u" | "ug", "pipe"} and optionally
-    "r" (row blocks per warp, default 1), "pf" (L2 prefetch, 0/1), "pdl" (0/1), "cl" (split-K in a cluster, 0/1)."""
+    "r" (row blocks per warp, default 1), "pf" (L2 prefetch: 0 none, 1 the warp's slice, d >= 2 rolling, d units
+    ahead), "pdl" (0/1), "cl" (split-K in a cluster, 0/1)."""
     name, N, K = layer.get("layer", "?"), layer["N"], layer["K"]
     where = f"{kind} row ('{name}', m={m})"
     probs = []
@@ -61,8 +62,8 @@ def check_row(kind, layer, m, config):
     nb = nb_of(m)
     if pipe > 3:
         probs.append(f"{where}: PIPE={pipe} not in 0..3")
-    if pf > 1 or pdl > 1 or cl > 1:
-        probs.append(f"{where}: pf={pf}, pdl={pdl}, cl={cl}: each is 0 or 1")
+    if pdl > 1 or cl > 1:
+        probs.append(f"{where}: pdl={pdl}, cl={cl}: each is 0 or 1")
     if cl and not 2 <= s <= 16:
         probs.append(f"{where}: cl=1 makes the S={s} CTAs of a row group one cluster: S must be 2..16")
     if N % (16 * r):

@@ -276,6 +276,14 @@ def test_row_groups_need_n_divisible_by_16r_and_smem_to_fit():
     assert "shared memory" in S.gemvz_fits(S.GemvzConfig(16, 1, 1, 4, 1, 0), 1024, 8192, 32)
 
 
+def test_prefetch_distance_is_a_non_negative_int():
+    c = S.GemvzConfig(8, 1, 2, 1, 2, 0)
+    for pf in (0, 1, 2, 16, 1000):
+        assert S.gemvz_fits(c._replace(pf=pf), 4096, 8192, 1) is None
+    assert "pf=-1" in S.gemvz_fits(c._replace(pf=-1), 4096, 8192, 1)
+    assert "pf=2.5" in S.gemv_fits(S.GemvConfig(8, 1, 2, 1, 2, 2.5), 4096, 8192, 1)
+
+
 def test_cluster_split_needs_2_to_16_ctas_and_its_buffer_counts_as_shared_memory():
     c = S.GemvConfig(8, 8, 4, 2, 3, 1, 1, 1)
     assert S.gemv_fits(c, 256, 8192, 1) is None
@@ -299,3 +307,45 @@ def test_tpick_lists_exactly_the_triton_rows_faster_than_the_cuda_winner():
     want = {(r["layer"], r["m"]) for r in tt["rows"] if r["us"] < best[(r["layer"], r["m"])]}
     assert set(S.TPICK) == want
     assert all(r["config"]["mode"] == "ticket" for r in tt["rows"])     # SPEC: bit-identical repeats
+
+
+class _FakeExt:
+    """tune.candidates' view of the extension: every instantiation compiled, no spills, 1024 threads."""
+    def gemv_attrs(self, *a):
+        return [64, 0, 0, 1024]
+
+    gemvz_attrs = gemv_attrs
+
+
+def test_tune_screens_each_pf_and_the_cluster_reduction_where_it_fits():
+    import tune
+    d = LAYERS["router"]
+    cands, spilled = tune.candidates(_FakeExt(), d["N"], d["K"], 1, True, False, (0, 4))
+    assert spilled == 0 and cands
+    assert {c.pf for c in cands} == {0, 4}
+    for c in cands:
+        assert S.gemv_fits(c, d["N"], d["K"], 1) is None
+        if c.s == 1:
+            assert c.cl == 0
+        elif c.cl == 0:   # the ticket only where the cluster's buffer does not fit
+            assert S.gemv_fits(c._replace(cl=1), d["N"], d["K"], 1) is not None
+    assert any(c.s > 1 and c.cl == 0 for c in
+               tune.candidates(_FakeExt(), d["N"], d["K"], 32, True, False, (0,))[0])
+
+
+def test_tune_times_each_finalist_at_every_final_pf_with_and_without_pdl(monkeypatch):
+    import tune
+    cands = [S.GemvzConfig(8, 1, 2, 1, 2, pf, 1, 0) for pf in (0, 4)] + [S.GemvzConfig(4, 1, 1, 1, 0, 0, 1, 0)]
+    timed = []
+
+    def fake_time(Ls, m, cfg, x, replays):     # larger pf, fewer warps and no PDL are faster
+        timed.append((cfg, replays))
+        return 10.0 - cfg.pf * 0.1 + cfg.nw * 0.01 + (0.5 if cfg.pdl else 0.0)
+
+    monkeypatch.setattr(tune, "time_config", fake_time)
+    ranked = tune.tune_shape([], 1, None, cands, 3, 25, 2, lambda s: None, (0, 1, 8))
+    assert ranked[0][1] == S.GemvzConfig(4, 1, 1, 1, 0, 8, 0, 0)   # the finalist nw=4 found at pf=8, no PDL
+    finals = [c for c, rep in timed if rep == 25]
+    # finalists (nw=8, pf=4) and (nw=4, pf=0): their own pf and 0, 1, 8, each with and without PDL, no repeats
+    assert len(finals) == len(set(finals)) == 2 * 4 + 2 * 3
+    assert len(ranked) == len(finals) + 1                      # the screened loser keeps its screen time

@@ -250,6 +250,27 @@ def test_cluster_split_k_gives_the_ticket_bits(prepared, suite, name, m, cfg):
     suite.probes(L, w, m, 6, name + " cluster")
 
 
+@pytest.mark.parametrize("name,m,cfg", [
+    ("router", 1, S.GemvConfig(nw=8, s=8, u=4, r=2, pipe=3, pf=0, cl=1) if torch.cuda.is_available() else None),
+    ("o_proj", 4, S.GemvConfig(nw=8, s=1, u=2, r=2, pipe=2, pf=0) if torch.cuda.is_available() else None),
+    ("pooler", 1, S.GemvzConfig(nw=4, s=1, ug=1, r=1, pipe=2, pf=0) if torch.cuda.is_available() else None),
+    ("qkv_gate", 8, S.GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=3, pf=0, cl=1) if torch.cuda.is_available() else None),
+])
+def test_rolling_prefetch_gives_the_same_bits(prepared, suite, name, m, cfg):
+    """pf = d >= 2 (L2 prefetch d units ahead; d not a multiple of U, and d past the slice) only moves bytes into
+    L2 early: the result is the pf = 0 result bit for bit, correct and graph-safe."""
+    w = _layer_weight(name, 31)
+    L = S.prepare(name, w, path="compressed" if isinstance(cfg, S.GemvzConfig) else None)
+    x = judge.fresh_x(m, L.K, 43, DEV)
+    L.set_config(m, cfg)
+    base = suite.call(x, L).clone()
+    for pf in (2, 3, 7, 1 << 20):
+        L.set_config(m, cfg._replace(pf=pf))
+        assert torch.equal(suite.call(x, L), base), pf
+    suite.accuracy(L, w, m, 7, name + " rolling prefetch")
+    suite.graph_replay(L, m, 8, name + " rolling prefetch")
+
+
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_triton_path_meets_spec_on_every_scored_m(suite, name):
     """prepare(path='triton'): the Triton GEMV (TTABLE configs, else its default rule) on every scored m."""
