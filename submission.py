@@ -62,30 +62,30 @@ CTABLE = {
     ("router", 8): GemvConfig(nw=16, s=8, u=2, r=2, pipe=0, pf=1, pdl=1, cl=1),  # 3.34 us, runner-up 3.37 us
     ("router", 16): GemvConfig(nw=16, s=8, u=2, r=2, pipe=0, pf=0, pdl=1, cl=1),  # 3.38 us, runner-up 3.40 us
     ("router", 32): GemvConfig(nw=16, s=4, u=1, r=1, pipe=3, pf=1, pdl=1, cl=0),  # 5.57 us, runner-up 5.58 us
-    ("qkv_gate", 1): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=1),  # 10.02 us, runner-up 10.15 us
-    ("qkv_gate", 2): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=1),  # 10.04 us, runner-up 10.19 us
-    ("qkv_gate", 4): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=1),  # 10.15 us, runner-up 10.19 us
-    ("qkv_gate", 8): GemvConfig(nw=8, s=4, u=2, r=1, pipe=0, pf=0, pdl=1, cl=1),  # 10.22 us, runner-up 10.27 us
-    ("qkv_gate", 16): GemvConfig(nw=4, s=4, u=4, r=1, pipe=3, pf=0, pdl=1, cl=1),  # 10.80 us, runner-up 11.09 us
-    ("qkv_gate", 32): GemvConfig(nw=4, s=2, u=4, r=1, pipe=3, pf=0, pdl=1, cl=1),  # 12.78 us, runner-up 12.91 us
+    ("qkv_gate", 1): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=1),  # 10.09 us, runner-up 10.35 us
+    ("qkv_gate", 2): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=1),  # 10.21 us, runner-up 10.42 us
+    ("qkv_gate", 4): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=1),  # 10.23 us, runner-up 10.49 us
+    ("qkv_gate", 8): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=1),  # 10.44 us, runner-up 10.51 us
+    ("qkv_gate", 16): GemvConfig(nw=4, s=4, u=4, r=1, pipe=3, pf=0, pdl=1, cl=1),  # 10.76 us, runner-up 11.26 us
+    ("qkv_gate", 32): GemvConfig(nw=4, s=4, u=2, r=1, pipe=3, pf=0, pdl=1, cl=1),  # 11.94 us, runner-up 12.74 us
     ("o_proj", 1): GemvConfig(nw=8, s=1, u=2, r=2, pipe=2, pf=0, pdl=1, cl=0),  # 8.29 us, runner-up 8.34 us
     ("o_proj", 2): GemvConfig(nw=8, s=1, u=2, r=2, pipe=2, pf=0, pdl=1, cl=0),  # 8.44 us, runner-up 8.48 us
     ("o_proj", 4): GemvConfig(nw=16, s=1, u=1, r=2, pipe=1, pf=0, pdl=1, cl=0),  # 8.46 us, runner-up 8.48 us
     ("o_proj", 8): GemvConfig(nw=16, s=1, u=1, r=2, pipe=1, pf=0, pdl=1, cl=0),  # 8.48 us, runner-up 8.49 us
     ("o_proj", 16): GemvConfig(nw=8, s=1, u=2, r=2, pipe=1, pf=0, pdl=1, cl=0),  # 8.87 us, runner-up 8.88 us
     ("o_proj", 32): GemvConfig(nw=8, s=1, u=2, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 9.80 us, runner-up 9.95 us
-    ("pooler", 1): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.84 us, runner-up 16.01 us
-    ("pooler", 2): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.73 us, runner-up 15.91 us
-    ("pooler", 4): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.77 us, runner-up 15.97 us
-    ("pooler", 8): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.99 us, runner-up 16.10 us
-    ("pooler", 16): GemvConfig(nw=8, s=2, u=4, r=2, pipe=3, pf=0, pdl=1, cl=1),  # 16.57 us, runner-up 16.83 us
-    ("pooler", 32): GemvConfig(nw=8, s=2, u=2, r=2, pipe=3, pf=0, pdl=1, cl=1),  # 17.88 us, runner-up 18.70 us
-    ("unpooler", 1): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.94 us, runner-up 15.95 us
-    ("unpooler", 2): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.81 us, runner-up 15.83 us
-    ("unpooler", 4): GemvConfig(nw=8, s=2, u=2, r=2, pipe=0, pf=0, pdl=1, cl=1),  # 15.77 us, runner-up 15.82 us
-    ("unpooler", 8): GemvConfig(nw=8, s=2, u=2, r=2, pipe=0, pf=0, pdl=1, cl=1),  # 16.03 us, runner-up 16.07 us
-    ("unpooler", 16): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 16.35 us, runner-up 16.43 us
-    ("unpooler", 32): GemvConfig(nw=8, s=1, u=2, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 17.37 us, runner-up 18.00 us
+    ("pooler", 1): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.49 us, runner-up 15.80 us
+    ("pooler", 2): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.56 us, runner-up 15.85 us
+    ("pooler", 4): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.71 us, runner-up 15.89 us
+    ("pooler", 8): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.89 us, runner-up 15.96 us
+    ("pooler", 16): GemvConfig(nw=8, s=2, u=4, r=2, pipe=3, pf=0, pdl=1, cl=1),  # 16.34 us, runner-up 16.63 us
+    ("pooler", 32): GemvConfig(nw=8, s=2, u=2, r=2, pipe=3, pf=0, pdl=1, cl=1),  # 17.81 us, runner-up 18.66 us
+    ("unpooler", 1): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.74 us, runner-up 15.90 us
+    ("unpooler", 2): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.86 us, runner-up 16.07 us
+    ("unpooler", 4): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.88 us, runner-up 16.14 us
+    ("unpooler", 8): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 16.04 us, runner-up 16.27 us
+    ("unpooler", 16): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 16.30 us, runner-up 16.34 us
+    ("unpooler", 32): GemvConfig(nw=8, s=1, u=2, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 17.31 us, runner-up 17.66 us
 }
 # ---- END GENERATED ----
 
@@ -127,26 +127,26 @@ TPICK = frozenset({("o_proj", 16), ("o_proj", 32), ("qkv_gate", 1), ("qkv_gate",
 
 # ---- BEGIN GENERATED by build.py from tables/ztable.json: edit the table, not this ----
 ZTABLE = {
-    ("qkv_gate", 1): GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=3, pf=0, pdl=1, cl=1),  # 9.16 us, runner-up 9.36 us
-    ("qkv_gate", 2): GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=3, pf=0, pdl=1, cl=1),  # 9.27 us (hand-set: see the row's note in tables/)
-    ("qkv_gate", 4): GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=3, pf=0, pdl=1, cl=1),  # 9.39 us (hand-set: see the row's note in tables/)
-    ("qkv_gate", 8): GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=3, pf=0, pdl=1, cl=1),  # 9.50 us, runner-up 10.04 us
+    ("qkv_gate", 1): GemvzConfig(nw=4, s=4, ug=2, r=1, pipe=3, pf=0, pdl=1, cl=1),  # 9.05 us, runner-up 9.31 us
+    ("qkv_gate", 2): GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=1),  # 9.35 us, runner-up 9.41 us
+    ("qkv_gate", 4): GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=1),  # 9.41 us, runner-up 9.57 us
+    ("qkv_gate", 8): GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=1),  # 9.56 us, runner-up 9.81 us
     ("o_proj", 1): GemvzConfig(nw=8, s=1, ug=2, r=1, pipe=0, pf=0, pdl=1, cl=0),  # 6.93 us, runner-up 6.97 us
     ("o_proj", 2): GemvzConfig(nw=8, s=1, ug=2, r=1, pipe=0, pf=0, pdl=1, cl=0),  # 7.09 us, runner-up 7.10 us
     ("o_proj", 4): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=0, pf=0, pdl=1, cl=0),  # 6.96 us, runner-up 7.04 us
     ("o_proj", 8): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=0, pf=0, pdl=1, cl=0),  # 7.04 us, runner-up 7.15 us
     ("o_proj", 16): GemvzConfig(nw=4, s=1, ug=2, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 7.94 us, runner-up 8.04 us
     ("o_proj", 32): GemvzConfig(nw=4, s=1, ug=1, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 9.47 us, runner-up 9.76 us
-    ("pooler", 1): GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 13.01 us, runner-up 13.06 us
-    ("pooler", 2): GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 12.96 us, runner-up 13.01 us
-    ("pooler", 4): GemvzConfig(nw=8, s=1, ug=2, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 13.22 us, runner-up 13.26 us
-    ("pooler", 8): GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 13.43 us, runner-up 13.53 us
-    ("pooler", 16): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 15.08 us, runner-up 15.37 us
-    ("unpooler", 1): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=2, pf=0, pdl=1, cl=0),  # 12.79 us, runner-up 12.80 us
-    ("unpooler", 2): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=0, pf=0, pdl=1, cl=0),  # 12.76 us, runner-up 12.85 us
-    ("unpooler", 4): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=0, pf=0, pdl=1, cl=0),  # 13.06 us, runner-up 13.09 us
-    ("unpooler", 8): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=0, pf=0, pdl=1, cl=0),  # 12.99 us, runner-up 13.06 us
-    ("unpooler", 16): GemvzConfig(nw=4, s=1, ug=2, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 14.36 us, runner-up 15.13 us
+    ("pooler", 1): GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 12.87 us, runner-up 12.87 us
+    ("pooler", 2): GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 13.01 us, runner-up 13.01 us
+    ("pooler", 4): GemvzConfig(nw=8, s=1, ug=2, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 13.18 us, runner-up 13.29 us
+    ("pooler", 8): GemvzConfig(nw=8, s=1, ug=2, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 13.45 us, runner-up 13.53 us
+    ("pooler", 16): GemvzConfig(nw=4, s=1, ug=4, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 15.88 us, runner-up 16.66 us
+    ("unpooler", 1): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 12.68 us, runner-up 12.84 us
+    ("unpooler", 2): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 12.86 us, runner-up 12.89 us
+    ("unpooler", 4): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=2, pf=0, pdl=1, cl=0),  # 12.95 us, runner-up 12.96 us
+    ("unpooler", 8): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 13.06 us, runner-up 13.09 us
+    ("unpooler", 16): GemvzConfig(nw=4, s=1, ug=2, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 14.36 us, runner-up 14.78 us
 }
 # ---- END GENERATED ----
 
@@ -785,11 +785,9 @@ static int func_attrs(const void* f, int* res) {
   C3(4, 1, 2, 1, true, 2) \
   C3(4, 1, 4, 1, false, 2) \
   C3(4, 1, 4, 1, true, 2) \
+  C3(4, 2, 4, 1, false, 3) \
   C3(4, 4, 1, 1, false, 1) \
   C3(4, 4, 2, 1, false, 3) \
-  C3(4, 4, 4, 1, false, 3) \
-  C3(8, 2, 1, 1, false, 0) \
-  C3(8, 2, 1, 2, false, 0) \
   C3(8, 2, 1, 2, false, 2) \
   C3(8, 2, 2, 2, false, 1) \
   C3(8, 2, 4, 2, false, 3) \
@@ -807,17 +805,19 @@ static int func_attrs(const void* f, int* res) {
 // Z3(NW, UG, NB, R, PIPE): one compiled gemvz_kernel
 #define GEMVZ_CONFIGS(Z3) \
   Z3(4, 1, 1, 1, 2) \
-  Z3(4, 1, 1, 1, 3) \
   Z3(4, 1, 2, 1, 2) \
   Z3(4, 1, 4, 1, 2) \
   Z3(4, 1, 4, 1, 3) \
+  Z3(4, 2, 1, 1, 3) \
   Z3(4, 2, 2, 1, 3) \
+  Z3(4, 4, 2, 1, 2) \
   Z3(8, 1, 1, 1, 0) \
+  Z3(8, 1, 1, 1, 1) \
   Z3(8, 1, 1, 2, 2) \
-  Z3(8, 1, 2, 1, 3) \
   Z3(8, 2, 1, 1, 0) \
   Z3(8, 2, 1, 1, 2) \
-  Z3(16, 1, 1, 1, 1)
+  Z3(16, 1, 1, 1, 1) \
+  Z3(16, 1, 1, 1, 2)
 // ---- END GENERATED ----
 
 // Return codes: 0 launched, -1 config not compiled in, > 0 the cudaError_t of the launch.

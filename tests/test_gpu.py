@@ -230,7 +230,7 @@ def test_no_compiled_kernel_uses_local_memory():
 @pytest.mark.parametrize("name,m,cfg", [
     ("router", 1, S.GemvConfig(nw=8, s=8, u=4, r=2, pipe=3, pf=1) if torch.cuda.is_available() else None),
     ("router", 1, S.GemvConfig(nw=4, s=16, u=1, r=1, pipe=2, pf=0) if torch.cuda.is_available() else None),
-    ("qkv_gate", 8, S.GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=3, pf=0) if torch.cuda.is_available() else None),
+    ("qkv_gate", 8, S.GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0) if torch.cuda.is_available() else None),
     ("pooler", 2, S.GemvzConfig(nw=8, s=2, ug=1, r=1, pipe=0, pf=0) if torch.cuda.is_available() else None),
 ])
 def test_cluster_split_k_gives_the_ticket_bits(prepared, suite, name, m, cfg):
@@ -254,7 +254,7 @@ def test_cluster_split_k_gives_the_ticket_bits(prepared, suite, name, m, cfg):
     ("router", 1, S.GemvConfig(nw=8, s=8, u=4, r=2, pipe=3, pf=0, cl=1) if torch.cuda.is_available() else None),
     ("o_proj", 4, S.GemvConfig(nw=8, s=1, u=2, r=2, pipe=2, pf=0) if torch.cuda.is_available() else None),
     ("pooler", 1, S.GemvzConfig(nw=4, s=1, ug=1, r=1, pipe=2, pf=0) if torch.cuda.is_available() else None),
-    ("qkv_gate", 8, S.GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=3, pf=0, cl=1) if torch.cuda.is_available() else None),
+    ("qkv_gate", 8, S.GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0, cl=1) if torch.cuda.is_available() else None),
 ])
 def test_rolling_prefetch_gives_the_same_bits(prepared, suite, name, m, cfg):
     """pf = d >= 2 (L2 prefetch d units ahead; d not a multiple of U, and d past the slice) only moves bytes into
