@@ -294,7 +294,19 @@ def test_cluster_split_needs_2_to_16_ctas_and_its_buffer_counts_as_shared_memory
     big = S.GemvConfig(4, 16, 1, 1, 3, 0, 1, 1)
     assert S.smem_bytes(4, 4, 1, False, 16, 1) - S.smem_bytes(4, 4, 1, False) == 15 * 4 * 32 * 16
     assert S.gemv_fits(big, 256, 8192, 32) is None
-    assert "shared memory" in S.gemv_fits(big._replace(nw=8, r=2), 256, 8192, 32)
+    # above the default 48 KB the launch opts in (func_optin): 32 KB static + 60 KB cbuf fits, 64 KB static does not
+    assert S.smem_parts(8, 4, 2, False, 16, 1) == (8 * 2 * 4 * 512 + 4, 15 * 2 * 4 * 512)
+    assert S.gemv_fits(big._replace(nw=8, r=2), 256, 8192, 32) is None
+    assert "static shared memory" in S.gemv_fits(big._replace(nw=16, r=2), 256, 8192, 32)
+
+
+def test_the_ring_is_dynamic_shared_memory_of_nw_stages_batches():
+    z = S.GemvzConfig(8, 1, 2, 1, 5, 0)              # PIPE 5: 3 stages of UG=2 groups (3 KB) per warp
+    assert S.smem_parts(8, 1, 1, True, 1, 0, 2, 5)[1] == 8 * 3 * 2 * 1536
+    assert S.gemvz_fits(z, 4096, 8192, 1) is None
+    assert S.gemvz_fits(z._replace(pipe=7), 4096, 8192, 1).startswith("PIPE=7")
+    assert S.gemv_fits(S.GemvConfig(8, 1, 2, 1, 5, 0), 4096, 8192, 1).startswith("PIPE=5")
+    assert "shared memory" in S.gemvz_fits(S.GemvzConfig(16, 1, 4, 1, 6, 0), 4096, 8192, 1)   # 384 KB of ring
     assert S.GemvConfig(4, 1, 1, 1, 1, 0).cl == 0 and S.GemvzConfig(4, 1, 1, 1, 1, 0).pdl == 1
 
 

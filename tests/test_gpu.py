@@ -271,6 +271,26 @@ def test_rolling_prefetch_gives_the_same_bits(prepared, suite, name, m, cfg):
     suite.graph_replay(L, m, 8, name + " rolling prefetch")
 
 
+@pytest.mark.parametrize("name,m,s,cl", [("pooler", 1, 1, 0), ("qkv_gate", 8, 4, 1), ("o_proj", 32, 2, 0),
+                                         ("unpooler", 12, 2, 1)])
+def test_the_cp_async_ring_gives_the_register_pipeline_bits(suite, name, m, s, cl):
+    """PIPE 5 (3-stage cp.async ring per warp in shared memory; with cl the cluster buffer follows it) runs the
+    same mma sequence as PIPE 2 (the default rule's config, same NW and S): same bits, correct, graph-safe."""
+    ring, regs = S.ALSO_GEMVZ[0], S.DEFAULT_GEMVZ[0]
+    assert ring[0] == regs[0] and ring[3] == 5
+    w = _layer_weight(name, 37)
+    L = S.prepare(name, w, path="compressed")
+    x = judge.fresh_x(m, L.K, 47, DEV)
+    L.set_config(m, S.GemvzConfig(regs[0], s, regs[1], regs[2], regs[3], 0, 1, cl))
+    base = suite.call(x, L).clone()
+    L.set_config(m, S.GemvzConfig(ring[0], s, ring[1], ring[2], ring[3], 0, 1, cl))
+    assert torch.equal(suite.call(x, L), base)
+    suite.accuracy(L, w, m, 9, name + " ring")
+    suite.determinism(L, m, 10, name + " ring")
+    suite.graph_replay(L, m, 11, name + " ring")
+    suite.probes(L, w, m, 12, name + " ring")
+
+
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_triton_path_meets_spec_on_every_scored_m(suite, name):
     """prepare(path='triton'): the Triton GEMV (TTABLE configs, else its default rule) on every scored m."""
