@@ -289,6 +289,12 @@ def test_the_cp_async_ring_gives_the_register_pipeline_bits(suite, name, m, s, c
     suite.determinism(L, m, 10, name + " ring")
     suite.graph_replay(L, m, 11, name + " ring")
     suite.probes(L, w, m, 12, name + " ring")
+    big = S.ALSO_GEMVZ[1]                  # 16 warps x 4 stages x 1.5 KB = 96 KB of ring: the opt-in above 48 KB
+    assert S.smem_parts(big[0], S.nb_of(m), 1, True, s, cl, big[1], big[3])[1] > 48 * 1024
+    L.set_config(m, S.GemvzConfig(big[0], s, big[1], big[2], big[3], 0, 1, cl))
+    suite.accuracy(L, w, m, 13, name + " big ring")
+    suite.determinism(L, m, 14, name + " big ring")
+    suite.graph_replay(L, m, 15, name + " big ring", replays=10)
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
