@@ -68,30 +68,30 @@ CTABLE = {
     ("router", 8): GemvConfig(nw=16, s=8, u=2, r=2, pipe=0, pf=1, pdl=1, cl=1),  # 3.34 us, runner-up 3.37 us
     ("router", 16): GemvConfig(nw=16, s=8, u=2, r=2, pipe=0, pf=0, pdl=1, cl=1),  # 3.38 us, runner-up 3.40 us
     ("router", 32): GemvConfig(nw=16, s=4, u=1, r=1, pipe=3, pf=1, pdl=1, cl=0),  # 5.57 us, runner-up 5.58 us
-    ("qkv_gate", 1): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=1),  # 10.09 us, runner-up 10.35 us
-    ("qkv_gate", 2): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=1),  # 10.21 us, runner-up 10.42 us
-    ("qkv_gate", 4): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=1),  # 10.23 us, runner-up 10.49 us
-    ("qkv_gate", 8): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=1),  # 10.44 us, runner-up 10.51 us
-    ("qkv_gate", 16): GemvConfig(nw=4, s=4, u=4, r=1, pipe=3, pf=0, pdl=1, cl=1),  # 10.76 us, runner-up 11.26 us
-    ("qkv_gate", 32): GemvConfig(nw=4, s=4, u=2, r=1, pipe=3, pf=0, pdl=1, cl=1),  # 11.94 us, runner-up 12.74 us
-    ("o_proj", 1): GemvConfig(nw=8, s=1, u=2, r=2, pipe=2, pf=0, pdl=1, cl=0),  # 8.29 us, runner-up 8.34 us
-    ("o_proj", 2): GemvConfig(nw=8, s=1, u=2, r=2, pipe=2, pf=0, pdl=1, cl=0),  # 8.44 us, runner-up 8.48 us
-    ("o_proj", 4): GemvConfig(nw=16, s=1, u=1, r=2, pipe=1, pf=0, pdl=1, cl=0),  # 8.46 us, runner-up 8.48 us
-    ("o_proj", 8): GemvConfig(nw=16, s=1, u=1, r=2, pipe=1, pf=0, pdl=1, cl=0),  # 8.48 us, runner-up 8.49 us
-    ("o_proj", 16): GemvConfig(nw=8, s=1, u=2, r=2, pipe=1, pf=0, pdl=1, cl=0),  # 8.87 us, runner-up 8.88 us
-    ("o_proj", 32): GemvConfig(nw=8, s=1, u=2, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 9.80 us, runner-up 9.95 us
-    ("pooler", 1): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.49 us, runner-up 15.80 us
-    ("pooler", 2): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.56 us, runner-up 15.85 us
-    ("pooler", 4): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.71 us, runner-up 15.89 us
-    ("pooler", 8): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.89 us, runner-up 15.96 us
-    ("pooler", 16): GemvConfig(nw=8, s=2, u=4, r=2, pipe=3, pf=0, pdl=1, cl=1),  # 16.34 us, runner-up 16.63 us
-    ("pooler", 32): GemvConfig(nw=8, s=2, u=2, r=2, pipe=3, pf=0, pdl=1, cl=1),  # 17.81 us, runner-up 18.66 us
-    ("unpooler", 1): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.74 us, runner-up 15.90 us
-    ("unpooler", 2): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.86 us, runner-up 16.07 us
-    ("unpooler", 4): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.88 us, runner-up 16.14 us
-    ("unpooler", 8): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 16.04 us, runner-up 16.27 us
-    ("unpooler", 16): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 16.30 us, runner-up 16.34 us
-    ("unpooler", 32): GemvConfig(nw=8, s=1, u=2, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 17.31 us, runner-up 17.66 us
+    ("qkv_gate", 1): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=1),  # 10.09 us, runner-up 10.38 us
+    ("qkv_gate", 2): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=1),  # 10.23 us, runner-up 10.47 us
+    ("qkv_gate", 4): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=1),  # 10.24 us, runner-up 10.51 us
+    ("qkv_gate", 8): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=1),  # 10.40 us, runner-up 10.53 us
+    ("qkv_gate", 16): GemvConfig(nw=4, s=4, u=4, r=1, pipe=3, pf=0, pdl=1, cl=1),  # 10.75 us, runner-up 11.30 us
+    ("qkv_gate", 32): GemvConfig(nw=4, s=4, u=2, r=1, pipe=3, pf=0, pdl=1, cl=1),  # 11.99 us, runner-up 12.98 us
+    ("o_proj", 1): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 8.31 us, runner-up 8.41 us
+    ("o_proj", 2): GemvConfig(nw=16, s=1, u=2, r=2, pipe=0, pf=0, pdl=1, cl=0),  # 8.55 us, runner-up 8.61 us
+    ("o_proj", 4): GemvConfig(nw=16, s=1, u=1, r=2, pipe=2, pf=0, pdl=1, cl=0),  # 8.57 us, runner-up 8.60 us
+    ("o_proj", 8): GemvConfig(nw=16, s=1, u=1, r=2, pipe=2, pf=0, pdl=1, cl=0),  # 8.58 us, runner-up 8.64 us
+    ("o_proj", 16): GemvConfig(nw=16, s=1, u=1, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 9.04 us, runner-up 9.17 us
+    ("o_proj", 32): GemvConfig(nw=8, s=1, u=2, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 10.26 us, runner-up 10.54 us
+    ("pooler", 1): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.48 us, runner-up 15.83 us
+    ("pooler", 2): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.51 us, runner-up 15.86 us
+    ("pooler", 4): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.62 us, runner-up 15.90 us
+    ("pooler", 8): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.78 us, runner-up 15.98 us
+    ("pooler", 16): GemvConfig(nw=8, s=2, u=4, r=2, pipe=3, pf=0, pdl=1, cl=1),  # 16.43 us, runner-up 16.75 us
+    ("pooler", 32): GemvConfig(nw=8, s=2, u=2, r=2, pipe=3, pf=0, pdl=1, cl=1),  # 17.87 us, runner-up 18.68 us
+    ("unpooler", 1): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.83 us, runner-up 16.20 us
+    ("unpooler", 2): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.74 us, runner-up 16.07 us
+    ("unpooler", 4): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.74 us, runner-up 16.13 us
+    ("unpooler", 8): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.85 us, runner-up 16.25 us
+    ("unpooler", 16): GemvConfig(nw=16, s=1, u=1, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 16.41 us, runner-up 16.53 us
+    ("unpooler", 32): GemvConfig(nw=8, s=1, u=2, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 17.64 us, runner-up 17.91 us
 }
 # ---- END GENERATED ----
 
@@ -133,26 +133,25 @@ TPICK = frozenset({("o_proj", 16), ("o_proj", 32), ("qkv_gate", 1), ("qkv_gate",
 
 # ---- BEGIN GENERATED by build.py from tables/ztable.json: edit the table, not this ----
 ZTABLE = {
-    ("qkv_gate", 1): GemvzConfig(nw=4, s=4, ug=2, r=1, pipe=3, pf=0, pdl=1, cl=1),  # 9.05 us, runner-up 9.31 us
-    ("qkv_gate", 2): GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=1),  # 9.35 us, runner-up 9.41 us
-    ("qkv_gate", 4): GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=1),  # 9.41 us, runner-up 9.57 us
-    ("qkv_gate", 8): GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=1),  # 9.56 us, runner-up 9.81 us
-    ("o_proj", 1): GemvzConfig(nw=8, s=1, ug=2, r=1, pipe=0, pf=0, pdl=1, cl=0),  # 6.93 us, runner-up 6.97 us
-    ("o_proj", 2): GemvzConfig(nw=8, s=1, ug=2, r=1, pipe=0, pf=0, pdl=1, cl=0),  # 7.09 us, runner-up 7.10 us
-    ("o_proj", 4): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=0, pf=0, pdl=1, cl=0),  # 6.96 us, runner-up 7.04 us
-    ("o_proj", 8): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=0, pf=0, pdl=1, cl=0),  # 7.04 us, runner-up 7.15 us
-    ("o_proj", 16): GemvzConfig(nw=4, s=1, ug=2, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 7.94 us, runner-up 8.04 us
-    ("o_proj", 32): GemvzConfig(nw=4, s=1, ug=1, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 9.47 us, runner-up 9.76 us
-    ("pooler", 1): GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 12.87 us, runner-up 12.87 us
-    ("pooler", 2): GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 13.01 us, runner-up 13.01 us
-    ("pooler", 4): GemvzConfig(nw=8, s=1, ug=2, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 13.18 us, runner-up 13.29 us
-    ("pooler", 8): GemvzConfig(nw=8, s=1, ug=2, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 13.45 us, runner-up 13.53 us
-    ("pooler", 16): GemvzConfig(nw=4, s=1, ug=4, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 15.88 us, runner-up 16.66 us
-    ("unpooler", 1): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 12.68 us, runner-up 12.84 us
-    ("unpooler", 2): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 12.86 us, runner-up 12.89 us
-    ("unpooler", 4): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=2, pf=0, pdl=1, cl=0),  # 12.95 us, runner-up 12.96 us
-    ("unpooler", 8): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 13.06 us, runner-up 13.09 us
-    ("unpooler", 16): GemvzConfig(nw=4, s=1, ug=2, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 14.36 us, runner-up 14.78 us
+    ("qkv_gate", 1): GemvzConfig(nw=4, s=4, ug=2, r=1, pipe=3, pf=0, pdl=1, cl=1),  # 9.13 us, runner-up 9.34 us
+    ("qkv_gate", 2): GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=1),  # 9.39 us, runner-up 9.45 us
+    ("qkv_gate", 4): GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=1),  # 9.41 us, runner-up 9.56 us
+    ("qkv_gate", 8): GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=1),  # 9.55 us, runner-up 9.85 us
+    ("o_proj", 1): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 6.93 us, runner-up 7.14 us
+    ("o_proj", 2): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 7.04 us, runner-up 7.25 us
+    ("o_proj", 4): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 7.12 us, runner-up 7.30 us
+    ("o_proj", 8): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 7.33 us, runner-up 7.72 us
+    ("o_proj", 16): GemvzConfig(nw=4, s=1, ug=2, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 8.31 us, runner-up 8.64 us
+    ("pooler", 1): GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 12.87 us, runner-up 12.89 us
+    ("pooler", 2): GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 13.01 us, runner-up 13.03 us
+    ("pooler", 4): GemvzConfig(nw=8, s=1, ug=2, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 13.20 us, runner-up 13.29 us
+    ("pooler", 8): GemvzConfig(nw=8, s=1, ug=2, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 13.47 us, runner-up 13.58 us
+    ("pooler", 16): GemvzConfig(nw=4, s=1, ug=4, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 15.99 us, runner-up 16.72 us
+    ("unpooler", 1): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 12.70 us, runner-up 12.88 us
+    ("unpooler", 2): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 12.88 us, runner-up 12.91 us
+    ("unpooler", 4): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=2, pf=0, pdl=1, cl=0),  # 12.93 us, runner-up 12.96 us
+    ("unpooler", 8): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 13.09 us, runner-up 13.10 us
+    ("unpooler", 16): GemvzConfig(nw=4, s=1, ug=2, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 14.54 us, runner-up 15.06 us
 }
 # ---- END GENERATED ----
 
@@ -903,14 +902,14 @@ static int func_attrs(const void* f, int* res) {
   C3(4, 2, 4, 1, false, 3) \
   C3(4, 4, 1, 1, false, 1) \
   C3(4, 4, 2, 1, false, 3) \
-  C3(8, 2, 1, 2, false, 2) \
-  C3(8, 2, 2, 2, false, 1) \
   C3(8, 2, 4, 2, false, 3) \
   C3(8, 4, 1, 2, false, 3) \
   C3(8, 4, 1, 2, true, 3) \
   C3(8, 4, 2, 2, false, 3) \
-  C3(16, 1, 1, 2, false, 1) \
+  C3(16, 1, 1, 2, false, 2) \
+  C3(16, 1, 2, 2, false, 3) \
   C3(16, 1, 4, 1, true, 3) \
+  C3(16, 2, 1, 2, false, 0) \
   C3(16, 2, 1, 2, true, 0) \
   C3(16, 2, 2, 2, true, 0) \
   C3(16, 4, 1, 2, false, 3)
@@ -924,17 +923,13 @@ static int func_attrs(const void* f, int* res) {
   Z3(4, 1, 2, 1, 2) \
   Z3(4, 1, 2, 1, 5) \
   Z3(4, 1, 4, 1, 2) \
-  Z3(4, 1, 4, 1, 3) \
   Z3(4, 1, 4, 1, 5) \
   Z3(4, 2, 1, 1, 3) \
   Z3(4, 2, 2, 1, 3) \
   Z3(4, 4, 2, 1, 2) \
-  Z3(8, 1, 1, 1, 0) \
   Z3(8, 1, 1, 1, 1) \
   Z3(8, 1, 1, 2, 2) \
-  Z3(8, 2, 1, 1, 0) \
   Z3(8, 2, 1, 1, 2) \
-  Z3(16, 1, 1, 1, 1) \
   Z3(16, 1, 1, 1, 2) \
   Z3(16, 1, 1, 1, 6) \
   Z3(16, 1, 2, 1, 6) \

@@ -233,12 +233,14 @@ def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=()):
     return fin + res[keep:]
 
 
-def best_by_pf(ranked):
-    """'pf 0: 9.10, 1: 9.32, ...': the best time at each pf value (finalists re-timed, the rest screened)."""
+def best_by(ranked, field):
+    """'pf 0: 9.10, 1: 9.32, ...': the best time at each value of a config field (finalists re-timed, the rest
+    screened)."""
     best = {}
     for us, c in ranked:
-        best[c.pf] = min(us, best.get(c.pf, us))
-    return "pf " + ", ".join(f"{pf}: {us:.2f}" for pf, us in sorted(best.items()))
+        v = getattr(c, field)
+        best[v] = min(us, best.get(v, us))
+    return f"{field} " + ", ".join(f"{v}: {us:.2f}" for v, us in sorted(best.items()))
 
 
 def row_of(layer, m, ranked, device, date):
@@ -303,13 +305,13 @@ def main(argv=None):
             rp = tune_shape(Ls, m, x, cp, args.screen, args.full, args.keep, log, fpfs)
             crow[(name, m)] = row_of(name, m, rp, dev, date)
             line = (f"plain {rp[0][1]} {rp[0][0]:.2f} us (next {rp[1][0]:.2f}; {len(cp)} cands, {sp} spilled; "
-                    f"{best_by_pf(rp)})")
+                    f"{best_by(rp, 'pf')}; {best_by(rp, 'pipe')})")
             if not dual:
                 cz, sz = candidates(ext, N, K, m, dual, True, pfs)
                 rz = tune_shape(Ls, m, x, cz, args.screen, args.full, args.keep, log, fpfs)
                 zrow[(name, m)] = row_of(name, m, rz, dev, date)
                 line += (f" | compressed {rz[0][1]} {rz[0][0]:.2f} us (next {rz[1][0]:.2f}; {len(cz)} cands, "
-                         f"{sz} spilled; {best_by_pf(rz)})")
+                         f"{sz} spilled; {best_by(rz, 'pf')}; {best_by(rz, 'pipe')})")
             done += 1
             el = time.time() - t_start
             log(f"[tune {done}/{total}] {name} m={m}: {line}  [{time.time() - t0:.0f} s; {el:.0f} s in all]")
