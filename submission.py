@@ -44,13 +44,7 @@ TritonConfig = collections.namedtuple("TritonConfig", "bn bk s warps stages mode
 # (nw, u|ug, r, pipe) whose divisibility constraints hold. build.py compiles all of them for every NB.
 DEFAULT_GEMV = [(4, 1, 1, 2), (2, 1, 1, 2)]
 DEFAULT_GEMVZ = [(4, 1, 1, 2)]
-# Compiled for every NB besides the tables and the defaults (build.py), never chosen by the default rule: the
-# cp.async ring, which tests/test_gpu.py runs whatever the tables pick: PIPE 5 against the default's (PIPE 2)
-# bits, and a 96 KB ring (NW=16, PIPE 6: above 48 KB the launch must opt in).
-ALSO_GEMVZ = [(4, 1, 1, 5), (16, 1, 1, 6)]
-SMEM_STATIC_LIMIT = 48 * 1024  # static shared memory of one CTA (red, ecorr)
-SMEM_LIMIT = 227 * 1024       # static + dynamic (ring, cbuf): the launch opts in above 48 KB (func_optin)
-RING_PIPES = (4, 5, 6)        # gemvz PIPE values with a cp.async ring of PIPE - 2 batches per warp
+SMEM_LIMIT = 48 * 1024        # static + dynamic shared memory of one CTA (no opt-in attribute needed)
 MAX_CLUSTER = 16              # CTAs per cluster: 8 is portable, 16 needs the non-portable opt-in (sm_90)
 MAX_M = 32                    # token blocks of 8: NB in {1, 2, 4}
 TARGET_CTAS = 264             # the default rule splits K until there are two CTAs per SM (132 SMs)
@@ -162,7 +156,7 @@ ZTABLE = {
 # ===================================================================================================
 KERNEL_SRC = r"""
 // MUSE BF16 GEMV kernels for sm_90.
-// defines: ld_stream, ld_x, mma16816, prmt, lop3_or_and, pdl_trigger, pdl_wait, decz, prefetch_l2, prefetch_units,
+// defines: ld_stream, ld_x, mma16816, prmt, lop3_or_and, pdl_trigger, pdl_wait, decz, prefetch_l2,
 //          load_wbatch, load_zbatch, sum_warps, mma_zgroup, splitk_combine, store_tile, gemv_kernel, gemvz_kernel,
 //          unpackz_kernel, launch_pdl, gemv_dispatch, gemvz_dispatch, gemv_attrs, gemvz_attrs, unpackz_launch
 #include <cuda_bf16.h>
@@ -260,39 +254,10 @@ __device__ __forceinline__ uint4 decz(uint32_t lo0, uint32_t lo1, uint32_t c, ui
 }
 
 // Ask L2 to fetch [p, p + bytes) from HBM now: one instruction, no registers held until the data is
-// used. Weights are constant after prepare, so this may run before pdl_wait.
+// used. Weights are constant after prepare, so this may run before pdl_wait (pf = 1: the warp's slice).
 __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 }
-
-// The L2 prefetch of the weights, pf per config (one lane of the warp issues it):
-//   pf = 0: none; pf = 1: the warp's whole slice, before pdl_wait;
-//   pf = d >= 2: rolling, d units ahead of the loads: units [0, d) before pdl_wait, then [i + d, i + d + U)
-//   at the trip that loads unit i. A unit is a K block (1 KB per row block, gemv_kernel) or a 64-wide group
-//   (1.5 KB, gemvz_kernel). The registers hold one or two batches; the prefetch keeps about d units per
-//   warp in flight besides, so a CTA streams at the rate HBM gives it rather than one batch per latency,
-//   and before pdl_wait it fetches d units instead of the whole slice (whose L2 footprint, for the big
-//   layers, is most of the L2). This function issues units [from, from + n) of each of the R row blocks
-//   (and of the router's lo half when TWO).
-template <int R, bool TWO>
-__device__ __forceinline__ void prefetch_units(const uint4* p, const uint4* p2, size_t rstride, int from, int n,
-                                               int unit16, uint32_t unit_bytes) {
-#pragma unroll
-  for (int r = 0; r < R; r++) {
-    prefetch_l2(p + r * rstride + (size_t)from * unit16, (uint32_t)n * unit_bytes);
-    if (TWO) prefetch_l2(p2 + r * rstride + (size_t)from * unit16, (uint32_t)n * unit_bytes);
-  }
-}
-
-// cp.async (16 B, global -> shared, through L2 only): the copy is in flight without holding a register;
-// commit closes a group of them, wait_group<N> returns when at most N of the thread's groups are pending
-// (its own copies are then visible to it: a lane reads back only what it copied, so no barrier is needed).
-__device__ __forceinline__ void cp_async16(uint32_t saddr, const void* g) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(saddr), "l"(g) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // ---- shared pieces of both GEMVs ------------------------------------------------------------------
 
@@ -329,22 +294,6 @@ __device__ __forceinline__ void load_zbatch(uint4 (&z)[UG][R][3], const uint4* w
       z[u][r][1] = ld_stream(p + 32);
       z[u][r][2] = ld_stream(p + 64);
     }
-}
-
-// PIPE >= 4 (the ring): the same batch as load_zbatch, copied by cp.async into stage st of the warp's ring in
-// shared memory (stage = UG x R x 3 units x 32 lanes of 16 B; unit (u, r, k) of a lane at ring_unit(st, u, r, k)).
-template <int UG, int R>
-__device__ __forceinline__ int ring_unit(int st, int u, int r, int k) { return ((st * UG + u) * R + r) * 96 + k * 32; }
-
-template <int UG, int R>
-__device__ __forceinline__ void ring_zbatch(uint32_t ring_lane, const uint4* wp, size_t rstride, int i, int st) {
-#pragma unroll
-  for (int u = 0; u < UG; u++)
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-      for (int k = 0; k < 3; k++)
-        cp_async16(ring_lane + 16u * ring_unit<UG, R>(st, u, r, k), wp + r * rstride + (size_t)(i + u) * 96 + k * 32);
 }
 
 // Sum the NW streaming warps' partials parked in red[NW][P] (after the barrier): thread tid < NT takes
@@ -478,8 +427,6 @@ __device__ __forceinline__ void store_tile(void* __restrict__ out, float4 v, int
 }
 
 #define MIN_BLOCKS(PIPE) ((PIPE) == 2 ? 2 : (PIPE) == 3 ? 1 : 0)
-// gemvz_kernel PIPE 4..6: a cp.async ring of D = PIPE - 2 batches per streaming warp in dynamic shared memory
-#define RING_STAGES(PIPE) ((PIPE) >= 4 ? (PIPE) - 2 : 0)
 
 // ---- gemv_kernel: the plain BF16 tensor-core GEMV -------------------------------------------------
 // Contract: x bf16 [M, K] row-major, 16-byte aligned; w (and w2, the router's lo half) bf16 [N, K]
@@ -498,8 +445,8 @@ __device__ __forceinline__ void store_tile(void* __restrict__ out, float4 v, int
 // (measured 2026-11-30: pooler 16.6 us at m=1, 27.5 us at m=32). R row blocks per warp reuse each x
 // fragment R times from registers.
 // PIPE: 0/3 load a batch of U blocks, then compute it (3: minBlocks 1); 1/2 software-pipelined, the
-// next batch's loads issued before this batch's mma (2: two CTAs per SM). The first batch (and, pf >= 1,
-// the L2 prefetch of the slice or of its first pf K blocks: prefetch_units) is issued before pdl_wait: weights are constant after
+// next batch's loads issued before this batch's mma (2: two CTAs per SM). The first batch (and, pf = 1,
+// an L2 prefetch of the warp's whole slice) is issued before pdl_wait: weights are constant after
 // prepare, so under PDL it overlaps the previous kernel's tail. Lab: labs/lab2_fragments.py, lab5.
 template <int NW, int U, int NB, int R, bool DUAL, int PIPE>
 __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS(PIPE))
@@ -521,7 +468,13 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
   const uint4* wp = w + woff;
   const uint4* wp2 = DUAL ? (w2 + woff) : nullptr;
 
-  if (pf && lane == 0) prefetch_units<R, DUAL>(wp, wp2, rstride, 0, pf == 1 ? KBW : min(pf, KBW), 64, 1024u);
+  if (pf && lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      prefetch_l2(wp + r * rstride, (uint32_t)KBW * 1024u);
+      if (DUAL) prefetch_l2(wp2 + r * rstride, (uint32_t)KBW * 1024u);
+    }
+  }
   uint4 a[NH][U][R][2];
   load_wbatch<U, NH, R>(a, wp, wp2, rstride, 0);
   pdl_wait();
@@ -537,7 +490,6 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
 
   if constexpr (PIPE == 0 || PIPE == 3) {
     for (int i = 0; i < KBW; i += U) {
-      if (pf > 1 && lane == 0 && i + pf < KBW) prefetch_units<R, DUAL>(wp, wp2, rstride, i + pf, min(U, KBW - i - pf), 64, 1024u);
       if (i > 0) load_wbatch<U, NH, R>(a, wp, wp2, rstride, i);
 #pragma unroll
       for (int u = 0; u < U; u++) {
@@ -556,7 +508,6 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
     }
   } else {
     for (int i = 0; i < KBW; i += U) {
-      if (pf > 1 && lane == 0 && i + pf < KBW) prefetch_units<R, DUAL>(wp, wp2, rstride, i + pf, min(U, KBW - i - pf), 64, 1024u);
       uint4 xv[U][NB];
 #pragma unroll
       for (int u = 0; u < U; u++)
@@ -606,11 +557,7 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
 //
 //   warps 0..NW-1 stream: per 64-wide group and row block, a lane loads A0, A1, B (48 B) and decodes 4
 //     fragments: f0 = decz(A0.x, A0.y, B.x), f1 = (A0.z, A0.w, B.y) -> K block 2G, steps 0/1; f2, f3 from
-//     A1 -> block 2G+1. Grid, R, PIPE 0..3 and pf as gemv_kernel.
-//   PIPE 4..6, the ring: each streaming warp keeps D = PIPE - 2 batches in flight through cp.async into its
-//     own stages of dynamic shared memory (a lane reads back only its own 16-byte slots: no barrier), D - 1 of
-//     them issued before pdl_wait. Bytes in flight no longer cost registers: the register pipelines hold about
-//     48 KB per SM (Little's law asks about that much at 4.5 TB/s), the ring NW x D x UG x 1.5 KB per CTA.
+//     A1 -> block 2G+1. Grid, R, PIPE and pf as gemv_kernel.
 //   warp NW (the exception warp): lane -> row r = lane & 15 of each of the R blocks, tokens p, p+2, ...
 //     (p = lane >> 4); adds correction x x[token][k] for its rows' exceptions in [klo, khi), in k order,
 //     into smem ecorr; one barrier; the corrections are added after the warps' reduction, before split-K.
@@ -622,11 +569,9 @@ __global__ void __launch_bounds__((NW + 1) * 32, MIN_BLOCKS(PIPE))
 gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int2* __restrict__ esc, int capr,
              bf16* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem, int M, int N, int K, int S,
              uint32_t TL, uint32_t TH, int dbg, int pf, int cl) {
-  static_assert(PIPE >= 0 && PIPE <= 6, "PIPE is 0..6");
+  static_assert(PIPE >= 0 && PIPE <= 3, "PIPE is 0..3");
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
-  constexpr int D = RING_STAGES(PIPE), RING = NW * D * UG * R * 96;  // the ring: D stages per warp, in uint4
-  extern __shared__ float4 dyn[];   // [RING uint4: the warps' rings][cl: cbuf[S - 1][P], the other CTAs' partials]
-  float4* cbuf = dyn + RING;
+  extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
   pdl_trigger();
   if (cl) cluster_arrive_relaxed();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -665,20 +610,12 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int2
     const int g0 = sidx * KGS + warp * KGW;
     const size_t rstride = (size_t)KG * 96;
     const uint4* wp = w + ((size_t)rg * R * KG + g0) * 96 + lane;
-    if (pf && lane == 0) prefetch_units<R, false>(wp, nullptr, rstride, 0, pf == 1 ? KGW : min(pf, KGW), 96, 1536u);
-    uint4 z[UG][R][3];
-    // the ring's lane base: stage st's unit (u, r, k) of this lane is at ring_lane + 16 ring_unit(st, u, r, k)
-    const uint32_t ring_lane = (uint32_t)__cvta_generic_to_shared(dyn) + 16u * (warp * D * UG * R * 96 + lane);
-    if constexpr (D > 0) {
-      // before pdl_wait: the first D - 1 batches in flight (one commit group each, empty past the slice)
+    if (pf && lane == 0) {
 #pragma unroll
-      for (int st = 0; st < D - 1; st++) {
-        if (st * UG < KGW) ring_zbatch<UG, R>(ring_lane, wp, rstride, st * UG, st);
-        cp_async_commit();
-      }
-    } else {
-      load_zbatch<UG, R>(z, wp, rstride, 0);
+      for (int r = 0; r < R; r++) prefetch_l2(wp + r * rstride, (uint32_t)KGW * 1536u);
     }
+    uint4 z[UG][R][3];
+    load_zbatch<UG, R>(z, wp, rstride, 0);
     pdl_wait();
 
     const bf16* xr[NB];
@@ -690,38 +627,8 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int2
 #pragma unroll
       for (int nb = 0; nb < NB; nb++) acc[r][nb][0] = acc[r][nb][1] = acc[r][nb][2] = acc[r][nb][3] = 0.f;
 
-    if constexpr (D > 0) {
-      // trip b: refill the stage read at trip b - 1 with batch b + D - 1, then wait for batch b (at most D - 1
-      // groups pending) and read it back from this lane's own slots. Same mma order as PIPE 0: same bits.
-      const uint4* ring = reinterpret_cast<const uint4*>(dyn) + warp * D * UG * R * 96 + lane;
-      int st = 0;                                   // the stage batch b sits in: b mod D
+    if constexpr (PIPE == 0 || PIPE == 3) {
       for (int i = 0; i < KGW; i += UG) {
-        if (pf > 1 && lane == 0 && i + pf < KGW) prefetch_units<R, false>(wp, nullptr, rstride, i + pf, min(UG, KGW - i - pf), 96, 1536u);
-        const int nxt = i + (D - 1) * UG;
-        if (nxt < KGW) ring_zbatch<UG, R>(ring_lane, wp, rstride, nxt, st == 0 ? D - 1 : st - 1);
-        cp_async_commit();
-        uint4 xa[UG][NB], xb[UG][NB];               // x first: its latency overlaps the wait
-#pragma unroll
-        for (int u = 0; u < UG; u++)
-#pragma unroll
-          for (int nb = 0; nb < NB; nb++) {
-            xa[u][nb] = ld_x(xr[nb] + (i + u) * 64);
-            xb[u][nb] = ld_x(xr[nb] + (i + u) * 64 + 32);
-          }
-        cp_async_wait<D - 1>();
-#pragma unroll
-        for (int u = 0; u < UG; u++)
-#pragma unroll
-          for (int r = 0; r < R; r++) {
-            const uint4 zz[3] = {ring[ring_unit<UG, R>(st, u, r, 0)], ring[ring_unit<UG, R>(st, u, r, 1)],
-                                 ring[ring_unit<UG, R>(st, u, r, 2)]};
-            mma_zgroup<NB>(acc[r], zz, xa[u], xb[u], TL, TH);
-          }
-        st = st == D - 1 ? 0 : st + 1;
-      }
-    } else if constexpr (PIPE == 0 || PIPE == 3) {
-      for (int i = 0; i < KGW; i += UG) {
-        if (pf > 1 && lane == 0 && i + pf < KGW) prefetch_units<R, false>(wp, nullptr, rstride, i + pf, min(UG, KGW - i - pf), 96, 1536u);
         if (i > 0) load_zbatch<UG, R>(z, wp, rstride, i);
 #pragma unroll
         for (int u = 0; u < UG; u++) {
@@ -737,7 +644,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int2
       }
     } else {
       for (int i = 0; i < KGW; i += UG) {
-        if (pf > 1 && lane == 0 && i + pf < KGW) prefetch_units<R, false>(wp, nullptr, rstride, i + pf, min(UG, KGW - i - pf), 96, 1536u);
         uint4 xa[UG][NB], xb[UG][NB];
 #pragma unroll
         for (int u = 0; u < UG; u++)
@@ -813,32 +719,20 @@ __global__ void unpackz_kernel(const uint4* __restrict__ w, uint16_t* __restrict
 }
 
 // ---- launch --------------------------------------------------------------------------------------
-// The opt-ins a kernel needs before a launch: its dynamic shared memory (the ring, cbuf) as the kernel's limit,
-// since static + dynamic above 48 KB needs it; clusters above 8 CTAs (non-portable on sm_90). Set once per
-// kernel and larger value, then remembered: the call is host-side only (nothing for a graph to capture), and
-// kernel_fn's first eager call makes it.
-static int func_optin(const void* f, size_t dsmem, bool nonportable) {
-  struct Done { const void* f; size_t dsmem; bool nonportable; };
+// Clusters above 8 CTAs are non-portable on sm_90: the kernel must opt in before such a launch. Done once per
+// kernel and remembered (a host-side call: nothing for a graph to capture; kernel_fn's first eager call makes it).
+static int allow_nonportable_clusters(const void* f) {
   static std::mutex mu;
-  static std::vector<Done> done;
+  static std::vector<const void*> done;
   std::lock_guard<std::mutex> lock(mu);
-  Done* d = nullptr;
-  for (Done& e : done)
-    if (e.f == f) d = &e;
-  if (!d) {
-    done.push_back({f, 0, false});
-    d = &done.back();
+  for (const void* d : done)
+    if (d == f) return 0;
+  const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return (int)e;
   }
-  if (dsmem > d->dsmem) {
-    const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dsmem);
-    if (e != cudaSuccess) return (int)e;
-    d->dsmem = dsmem;
-  }
-  if (nonportable && !d->nonportable) {
-    const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    if (e != cudaSuccess) return (int)e;
-    d->nonportable = true;
-  }
+  done.push_back(f);
   return 0;
 }
 
@@ -858,12 +752,11 @@ static int launch_pdl(void (*kern)(KArgs...), dim3 grid, dim3 block, cudaStream_
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[n++].val.programmaticStreamSerializationAllowed = 1;
   }
-  const int e = func_optin((const void*)kern, dsmem, cluster_y > 8);
-  if (e) {
-    (void)cudaGetLastError();
-    return e;
-  }
   if (cluster_y > 1) {  // clusters of cluster_y CTAs along y (more than 8 is a non-portable size on sm_90)
+    if (cluster_y > 8) {
+      const int e = allow_nonportable_clusters((const void*)kern);
+      if (e) return e;
+    }
     attr[n].id = cudaLaunchAttributeClusterDimension;
     attr[n].val.clusterDim.x = 1;
     attr[n].val.clusterDim.y = cluster_y;
@@ -919,26 +812,20 @@ static int func_attrs(const void* f, int* res) {
 // Z3(NW, UG, NB, R, PIPE): one compiled gemvz_kernel
 #define GEMVZ_CONFIGS(Z3) \
   Z3(4, 1, 1, 1, 2) \
-  Z3(4, 1, 1, 1, 5) \
   Z3(4, 1, 2, 1, 2) \
-  Z3(4, 1, 2, 1, 5) \
   Z3(4, 1, 4, 1, 2) \
-  Z3(4, 1, 4, 1, 5) \
   Z3(4, 2, 1, 1, 3) \
   Z3(4, 2, 2, 1, 3) \
   Z3(4, 4, 2, 1, 2) \
   Z3(8, 1, 1, 1, 1) \
   Z3(8, 1, 1, 2, 2) \
   Z3(8, 2, 1, 1, 2) \
-  Z3(16, 1, 1, 1, 2) \
-  Z3(16, 1, 1, 1, 6) \
-  Z3(16, 1, 2, 1, 6) \
-  Z3(16, 1, 4, 1, 6)
+  Z3(16, 1, 1, 1, 2)
 // ---- END GENERATED ----
 
 // Return codes: 0 launched, -1 config not compiled in, > 0 the cudaError_t of the launch.
 // cl = 1: the S CTAs of a row group form a cluster (cluster_combine; cbuf = (S - 1) * R*NB*32 float4 of
-// dynamic shared memory, after gemvz's ring of NW * (PIPE - 2) * UG * R * 1536 B when PIPE >= 4); cl = 0: global workspace and ticket (splitk_combine).
+// dynamic shared memory); cl = 0: global workspace and ticket (splitk_combine).
 int gemv_dispatch(const void* x, const void* w, const void* w2, void* out, void* ws, void* sem, int M, int N, int K,
                   int S, int NW, int U, int NB, int R, bool dual, int P, int pf, int cl, bool pdl, cudaStream_t st) {
 #define LAUNCH_C3(NW_, U_, NB_, R_, D_, P_)                                                                    \
@@ -957,9 +844,7 @@ int gemvz_dispatch(const void* x, const void* w, const void* esc, int capr, void
 #define LAUNCH_Z3(NW_, U_, NB_, R_, P_)                                                                     \
   if (NW == NW_ && UG == U_ && NB == NB_ && R == R_ && P == P_)                                              \
     return launch_pdl(gemvz_kernel<NW_, U_, NB_, R_, P_>, dim3(N / (16 * R_), S), dim3((NW_ + 1) * 32), st,    \
-                      pdl, cl ? S : 1,                                                                         \
-                      (size_t)NW_ * RING_STAGES(P_) * U_ * R_ * 1536 + (cl ? (size_t)(S - 1) * R_ * NB_ * 32 * 16 : 0), \
-                      (const bf16*)x,                                                                          \
+                      pdl, cl ? S : 1, cl ? (size_t)(S - 1) * R_ * NB_ * 32 * 16 : 0, (const bf16*)x,           \
                       (const uint4*)w, (const int2*)esc, capr, (bf16*)out, (float4*)ws, (int*)sem, M, N, K, S, TL, \
                       TH, dbg, pf, cl);
   GEMVZ_CONFIGS(LAUNCH_Z3)
@@ -1545,33 +1430,22 @@ def nb_of(m):
     return 1 if m <= 8 else 2 if m <= 16 else 4
 
 
-def smem_parts(nw, nb, r, compressed, s=1, cl=0, ug=1, pipe=0):
-    """(static, dynamic) shared memory of one CTA. Static: the warps' partials red[NW][R*NB*32] (+ the exception
-    warp's ecorr). Dynamic: gemvz's ring (PIPE >= 4: NW warps x PIPE - 2 stages x UG x R x 1536 B), then with cl
-    the leader's cbuf[S - 1][R*NB*32] for the other CTAs of its cluster."""
+def smem_bytes(nw, nb, r, compressed, s=1, cl=0):
+    """Shared memory of one CTA: the warps' partials red[NW][R*NB*32] (+ the exception warp's ecorr), and with
+    cl the leader's cbuf[S - 1][R*NB*32] for the other CTAs of its cluster."""
     part = r * nb * 32 * 16
-    static = nw * part + (r * 16 * (nb * 8 + 1) * 4 if compressed else 0) + 4
-    ring = nw * (pipe - 2) * ug * r * 1536 if compressed and pipe in RING_PIPES else 0
-    return static, ring + (s - 1) * part * (cl == 1)
-
-
-def smem_bytes(nw, nb, r, compressed, s=1, cl=0, ug=1, pipe=0):
-    """Static + dynamic shared memory of one CTA (smem_parts)."""
-    return sum(smem_parts(nw, nb, r, compressed, s, cl, ug, pipe))
+    return nw * part + (r * 16 * (nb * 8 + 1) * 4 if compressed else 0) + 4 + (s - 1) * part * (cl == 1)
 
 
 def _split_fits(cfg, smem):
-    """smem: (static, dynamic) bytes."""
-    if not isinstance(cfg.pf, int) or cfg.pf < 0:
-        return f"pf={cfg.pf!r}: expected 0 (none), 1 (the warp's slice) or d >= 2 (rolling, d units ahead)"
+    if cfg.pf not in (0, 1):
+        return f"pf={cfg.pf!r}: expected 0 (no L2 prefetch) or 1 (the warp's slice, before griddepcontrol.wait)"
     if cfg.cl not in (0, 1):
         return f"cl={cfg.cl}: expected 0 (ticket) or 1 (cluster)"
     if cfg.cl and not 2 <= cfg.s <= MAX_CLUSTER:
         return f"cl=1 needs 2 <= S <= {MAX_CLUSTER} (one cluster per row group), got S={cfg.s}"
-    if smem[0] > SMEM_STATIC_LIMIT:
-        return f"static shared memory {smem[0]} B > {SMEM_STATIC_LIMIT}"
-    if sum(smem) > SMEM_LIMIT:
-        return f"shared memory {sum(smem)} B (static {smem[0]} + dynamic {smem[1]}) > {SMEM_LIMIT}"
+    if smem > SMEM_LIMIT:
+        return f"shared memory {smem} B > {SMEM_LIMIT}"
     return None
 
 
@@ -1582,9 +1456,7 @@ def gemv_fits(cfg, N, K, m):
         return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 32"
     if KB % (cfg.s * cfg.nw * cfg.u):
         return f"K/32={KB} not divisible by S*NW*U={cfg.s * cfg.nw * cfg.u}"
-    if cfg.pipe not in (0, 1, 2, 3):
-        return f"PIPE={cfg.pipe}: gemv_kernel takes 0..3"
-    return _split_fits(cfg, smem_parts(cfg.nw, nb, cfg.r, False, cfg.s, cfg.cl))
+    return _split_fits(cfg, smem_bytes(cfg.nw, nb, cfg.r, False, cfg.s, cfg.cl))
 
 
 def gemvz_fits(cfg, N, K, m):
@@ -1594,9 +1466,7 @@ def gemvz_fits(cfg, N, K, m):
         return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 64"
     if KG % (cfg.s * cfg.nw * cfg.ug):
         return f"K/64={KG} not divisible by S*NW*UG={cfg.s * cfg.nw * cfg.ug}"
-    if cfg.pipe not in (0, 1, 2, 3) + RING_PIPES:
-        return f"PIPE={cfg.pipe}: gemvz_kernel takes 0..6 (4..6: the cp.async ring)"
-    return _split_fits(cfg, smem_parts(cfg.nw, nb, cfg.r, True, cfg.s, cfg.cl, cfg.ug, cfg.pipe))
+    return _split_fits(cfg, smem_bytes(cfg.nw, nb, cfg.r, True, cfg.s, cfg.cl))
 
 
 def default_config(N, K, m, compressed):

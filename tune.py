@@ -3,13 +3,12 @@
     python tune.py                          # all 30 shapes (about 5 minutes on an H200, build included)
     python tune.py --layers router --m 1,2  # a subset; the other rows of the tables are kept
     python tune.py --no-write               # measure and print only
-    python tune.py --pf 0 --pf-final 0     # no L2 prefetch candidates (screen / finalists)
+    python tune.py --pf 0,1 --pf-final 0   # L2 prefetch values for the screen / the finalists
     python tune.py --backend triton         # the Triton path's configs -> tables/ttable.json
     python build.py                         # then regenerate submission.py from the tables
 
 How: one extension holds every candidate instantiation (plain NW in {4, 8, 16} x U in {1, 2, 4, 8} x
-PIPE 0..3; compressed NW in {4, 8, 16} x UG in {1, 2, 4} x PIPE 0..3, plus the cp.async ring, PIPE 4..6, at
-R = 1 and UG 1 or 2; for the NB and DUAL the selected
+PIPE 0..3; compressed NW in {4, 8, 16} x UG in {1, 2, 4} x PIPE 0..3; for the NB and DUAL the selected
 shapes need), compiled from submission.KERNEL_SRC split over several .cu files so ninja builds them on all
 cores. Candidates that spill (local memory > 0, as the compiler reports) are dropped. Each candidate, with
 every S that divides K and each screen pf (--pf), is screened with a light replay count of SPEC's timing (P
@@ -40,11 +39,10 @@ US = (1, 2, 4)
 UGS = (1, 2, 4)
 RS = (1, 2, 4)
 PIPES = (0, 1, 2, 3)
-# L2 prefetch: none in the screen; the finalists also with the warp's whole slice (1) and rolling 4 units ahead.
-# The 2026-11-30 sweep (screen 0/4, finalists 0/1/2/4/8 on qkv_gate, pooler, unpooler): every winner had pf = 0,
-# rolling prefetch cost 0.7-1.9 us. --pf / --pf-final override.
+# L2 prefetch of the warp's slice (pf = 1): not in the screen, tried on the finalists (it won only router shapes,
+# whose slice is one batch). --pf / --pf-final override.
 PFS = (0,)
-FINAL_PFS = (0, 1, 4)
+FINAL_PFS = (0, 1)
 ROOT = os.path.dirname(os.path.abspath(__file__))
 RENAMED = ("gemv_dispatch", "gemvz_dispatch", "gemv_attrs", "gemvz_attrs", "unpackz_launch", "unpackz_kernel")
 
@@ -63,22 +61,15 @@ def instances(nbs, duals):
                         for dual in duals:
                             frags = 8 * u * r * (2 if dual else 1) * (2 if pipelined else 1)
                             regs = frags + (4 * u * nb if pipelined else 4 * nb) + 4 * r * nb
-                            if regs <= 200 and sub.smem_parts(nw, nb, r, False)[0] <= sub.SMEM_STATIC_LIMIT:
+                            if regs <= 200 and sub.smem_bytes(nw, nb, r, False) <= sub.SMEM_LIMIT:
                                 out.append(("gemv", (nw, u, nb, r, dual, pipe)))
                     if False not in duals:
                         continue
                     for ug in UGS:
                         frags = 12 * ug * r * (2 if pipelined else 1)
                         regs = frags + (8 * ug * nb if pipelined else 8 * nb) + 4 * r * nb + 16
-                        if regs <= 200 and sub.smem_parts(nw, nb, r, True)[0] <= sub.SMEM_STATIC_LIMIT:
+                        if regs <= 200 and sub.smem_bytes(nw, nb, r, True) <= sub.SMEM_LIMIT:
                             out.append(("gemvz", (nw, ug, nb, r, pipe)))
-            # the cp.async ring (PIPE 4..6: 2..4 stages per warp in shared memory, no register buffers): R = 1,
-            # UG 1 or 2 (a stage is UG x 1.5 KB per warp)
-            if False in duals:
-                for pipe in sub.RING_PIPES:
-                    for ug in (1, 2):
-                        if sub.smem_bytes(nw, nb, 1, True, ug=ug, pipe=pipe) <= sub.SMEM_LIMIT:
-                            out.append(("gemvz", (nw, ug, nb, 1, pipe)))
     return out
 
 
@@ -181,7 +172,7 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS):
             for r in RS:
                 if N % (16 * r):
                     continue
-                for pipe in (PIPES + sub.RING_PIPES if compressed else PIPES):
+                for pipe in PIPES:
                     a = ext.gemvz_attrs(nw, u, nb, r, pipe) if compressed else ext.gemv_attrs(nw, u, nb, r, dual, pipe)
                     if not a:
                         continue
@@ -259,7 +250,7 @@ def main(argv=None):
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--budget-s", type=float, default=540, help="stop (tables saved) before this many seconds")
     ap.add_argument("--backend", choices=("cuda", "triton"), default="cuda")
-    ap.add_argument("--pf", default=",".join(map(str, PFS)), help="L2 prefetch values to screen (0, 1, d >= 2)")
+    ap.add_argument("--pf", default=",".join(map(str, PFS)), help="L2 prefetch values to screen (0, 1)")
     ap.add_argument("--pf-final", default=",".join(map(str, FINAL_PFS)), help="L2 prefetch values for the finalists")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -269,8 +260,8 @@ def main(argv=None):
     ms = [int(v) for v in args.m.split(",") if v]
     pfs = tuple(int(v) for v in args.pf.split(",") if v)
     fpfs = tuple(int(v) for v in args.pf_final.split(",") if v)
-    if not pfs or min(pfs + fpfs) < 0:
-        ap.error(f"--pf {args.pf!r} / --pf-final {args.pf_final!r}: expected non-negative ints, e.g. 0,4")
+    if not pfs or not set(pfs + fpfs) <= {0, 1}:
+        ap.error(f"--pf {args.pf!r} / --pf-final {args.pf_final!r}: expected values in 0,1")
     if args.backend == "triton":
         return tune_triton(args, layers, ms)
     t_start = time.time()

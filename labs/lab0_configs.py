@@ -28,8 +28,7 @@ HBM_BPS = 4.8e12               # bytes / s
 LATENCY_S = 0.7e-6             # load latency under load (guide ch. 2.4)
 LITTLE_PER_SM = HBM_BPS * LATENCY_S / SMS      # ~25.5 kB
 MAX_CTAS_PER_SM = 2            # assumption: registers allow at most 2 resident CTAs of our kernels
-SMEM_STATIC_LIMIT = 48 * 1024  # static shared memory per CTA (red, ecorr)
-SMEM_LIMIT = 227 * 1024        # static + dynamic (the ring, cbuf): the launch opts in above 48 KB
+SMEM_LIMIT = 48 * 1024         # static + dynamic shared memory per CTA
 
 
 def nb_of(m):
@@ -41,8 +40,7 @@ def nb_of(m):
 def check_row(kind, layer, m, config):
     """Problems of one table row (empty list if it is fine). kind: 'plain' (gemv_kernel) or 'compressed'
     (gemvz_kernel); layer: {"layer", "N", "K", "dtype"}; config: {"nw", "s", "u" | "ug", "pipe"} and optionally
-    "r" (row blocks per warp, default 1), "pf" (L2 prefetch: 0 none, 1 the warp's slice, d >= 2 rolling, d units
-    ahead), "pdl" (0/1), "cl" (split-K in a cluster, 0/1)."""
+    "r" (row blocks per warp, default 1), "pf" (L2 prefetch, 0/1), "pdl" (0/1), "cl" (split-K in a cluster, 0/1)."""
     name, N, K = layer.get("layer", "?"), layer["N"], layer["K"]
     where = f"{kind} row ('{name}', m={m})"
     probs = []
@@ -61,23 +59,18 @@ def check_row(kind, layer, m, config):
     if not 1 <= m <= 32:
         probs.append(f"{where}: m={m} outside 1..32")
     nb = nb_of(m)
-    if pipe > (3 if kind == "plain" else 6):
-        probs.append(f"{where}: PIPE={pipe} not in 0..3 (0..6 compressed: 4..6 are the cp.async ring)")
-    if pdl > 1 or cl > 1:
-        probs.append(f"{where}: pdl={pdl}, cl={cl}: each is 0 or 1")
+    if pipe > 3:
+        probs.append(f"{where}: PIPE={pipe} not in 0..3")
+    if pf > 1 or pdl > 1 or cl > 1:
+        probs.append(f"{where}: pf={pf}, pdl={pdl}, cl={cl}: each is 0 or 1")
     if cl and not 2 <= s <= 16:
         probs.append(f"{where}: cl=1 makes the S={s} CTAs of a row group one cluster: S must be 2..16")
     if N % (16 * r):
         probs.append(f"{where}: N={N} not a multiple of 16*R={16 * r}")
-    # static: red[NW][R*NB*32] float4 (+ the exception warp's ecorr); dynamic: the ring (compressed, PIPE 4..6:
-    # NW x (PIPE - 2) stages x UG x R x 1536 B) + with cl the leader's cbuf[S-1][R*NB*32]
-    static = nw * r * nb * 32 * 16 + (r * 16 * (nb * 8 + 1) * 4 if kind == "compressed" else 0) + 4
-    ring = nw * (pipe - 2) * u * r * 1536 if kind == "compressed" and 4 <= pipe <= 6 else 0
-    dynamic = ring + (s - 1) * (cl == 1) * r * nb * 32 * 16
-    if static > SMEM_STATIC_LIMIT:
-        probs.append(f"{where}: static shared memory NW*R*NB*512 B (+ ecorr) = {static} B > {SMEM_STATIC_LIMIT} B")
-    if static + dynamic > SMEM_LIMIT:
-        probs.append(f"{where}: shared memory {static} B static + {dynamic} B ring and cluster buffer > {SMEM_LIMIT} B")
+    # red[NW][R*NB*32] float4 (+ the exception warp's ecorr) (+ with cl the leader's cbuf[S-1][R*NB*32])
+    smem = (nw + (s - 1) * (cl == 1)) * r * nb * 32 * 16 + (r * 16 * (nb * 8 + 1) * 4 if kind == "compressed" else 0) + 4
+    if smem > SMEM_LIMIT:
+        probs.append(f"{where}: shared memory (NW + cl*(S-1))*R*NB*512 B (+ ecorr) = {smem} B > {SMEM_LIMIT} B")
     if kind == "plain":
         if K % 32:
             probs.append(f"{where}: K={K} not a multiple of 32")

@@ -276,12 +276,11 @@ def test_row_groups_need_n_divisible_by_16r_and_smem_to_fit():
     assert "shared memory" in S.gemvz_fits(S.GemvzConfig(16, 1, 1, 4, 1, 0), 1024, 8192, 32)
 
 
-def test_prefetch_distance_is_a_non_negative_int():
+def test_prefetch_is_0_or_1():
     c = S.GemvzConfig(8, 1, 2, 1, 2, 0)
-    for pf in (0, 1, 2, 16, 1000):
-        assert S.gemvz_fits(c._replace(pf=pf), 4096, 8192, 1) is None
-    assert "pf=-1" in S.gemvz_fits(c._replace(pf=-1), 4096, 8192, 1)
-    assert "pf=2.5" in S.gemv_fits(S.GemvConfig(8, 1, 2, 1, 2, 2.5), 4096, 8192, 1)
+    assert S.gemvz_fits(c, 4096, 8192, 1) is None and S.gemvz_fits(c._replace(pf=1), 4096, 8192, 1) is None
+    assert "pf=2" in S.gemvz_fits(c._replace(pf=2), 4096, 8192, 1)
+    assert "pf=-1" in S.gemv_fits(S.GemvConfig(8, 1, 2, 1, 2, -1), 4096, 8192, 1)
 
 
 def test_cluster_split_needs_2_to_16_ctas_and_its_buffer_counts_as_shared_memory():
@@ -294,19 +293,7 @@ def test_cluster_split_needs_2_to_16_ctas_and_its_buffer_counts_as_shared_memory
     big = S.GemvConfig(4, 16, 1, 1, 3, 0, 1, 1)
     assert S.smem_bytes(4, 4, 1, False, 16, 1) - S.smem_bytes(4, 4, 1, False) == 15 * 4 * 32 * 16
     assert S.gemv_fits(big, 256, 8192, 32) is None
-    # above the default 48 KB the launch opts in (func_optin): 32 KB static + 60 KB cbuf fits, 64 KB static does not
-    assert S.smem_parts(8, 4, 2, False, 16, 1) == (8 * 2 * 4 * 512 + 4, 15 * 2 * 4 * 512)
-    assert S.gemv_fits(big._replace(nw=8, r=2), 256, 8192, 32) is None
-    assert "static shared memory" in S.gemv_fits(big._replace(nw=16, r=2), 256, 8192, 32)
-
-
-def test_the_ring_is_dynamic_shared_memory_of_nw_stages_batches():
-    z = S.GemvzConfig(8, 1, 2, 1, 5, 0)              # PIPE 5: 3 stages of UG=2 groups (3 KB) per warp
-    assert S.smem_parts(8, 1, 1, True, 1, 0, 2, 5)[1] == 8 * 3 * 2 * 1536
-    assert S.gemvz_fits(z, 4096, 8192, 1) is None
-    assert S.gemvz_fits(z._replace(pipe=7), 4096, 8192, 1).startswith("PIPE=7")
-    assert S.gemv_fits(S.GemvConfig(8, 1, 2, 1, 5, 0), 4096, 8192, 1).startswith("PIPE=5")
-    assert "shared memory" in S.gemvz_fits(S.GemvzConfig(16, 1, 4, 1, 6, 0), 4096, 8192, 1)   # 384 KB of ring
+    assert "shared memory" in S.gemv_fits(big._replace(nw=8, r=2), 256, 8192, 32)
     assert S.GemvConfig(4, 1, 1, 1, 1, 0).cl == 0 and S.GemvzConfig(4, 1, 1, 1, 1, 0).pdl == 1
 
 
@@ -332,9 +319,9 @@ class _FakeExt:
 def test_tune_screens_each_pf_and_the_cluster_reduction_where_it_fits():
     import tune
     d = LAYERS["router"]
-    cands, spilled = tune.candidates(_FakeExt(), d["N"], d["K"], 1, True, False, (0, 4))
+    cands, spilled = tune.candidates(_FakeExt(), d["N"], d["K"], 1, True, False, (0, 1))
     assert spilled == 0 and cands
-    assert {c.pf for c in cands} == {0, 4}
+    assert {c.pf for c in cands} == {0, 1}
     for c in cands:
         assert S.gemv_fits(c, d["N"], d["K"], 1) is None
         if c.s == 1:
@@ -347,17 +334,31 @@ def test_tune_screens_each_pf_and_the_cluster_reduction_where_it_fits():
 
 def test_tune_times_each_finalist_at_every_final_pf_with_and_without_pdl(monkeypatch):
     import tune
-    cands = [S.GemvzConfig(8, 1, 2, 1, 2, pf, 1, 0) for pf in (0, 4)] + [S.GemvzConfig(4, 1, 1, 1, 0, 0, 1, 0)]
+    cands = [S.GemvzConfig(8, 1, 2, 1, 2, 0, 1, 0), S.GemvzConfig(4, 1, 1, 1, 0, 0, 1, 0),
+             S.GemvzConfig(16, 1, 1, 1, 0, 0, 1, 0)]
     timed = []
 
-    def fake_time(Ls, m, cfg, x, replays):     # larger pf, fewer warps and no PDL are faster
+    def fake_time(Ls, m, cfg, x, replays):     # pf = 1, fewer warps and no PDL are faster
         timed.append((cfg, replays))
         return 10.0 - cfg.pf * 0.1 + cfg.nw * 0.01 + (0.5 if cfg.pdl else 0.0)
 
     monkeypatch.setattr(tune, "time_config", fake_time)
-    ranked = tune.tune_shape([], 1, None, cands, 3, 25, 2, lambda s: None, (0, 1, 8))
-    assert ranked[0][1] == S.GemvzConfig(4, 1, 1, 1, 0, 8, 0, 0)   # the finalist nw=4 found at pf=8, no PDL
+    ranked = tune.tune_shape([], 1, None, cands, 3, 25, 2, lambda s: None, (0, 1))
+    assert ranked[0][1] == S.GemvzConfig(4, 1, 1, 1, 0, 1, 0, 0)   # the finalist nw=4, found at pf=1 without PDL
     finals = [c for c, rep in timed if rep == 25]
-    # finalists (nw=8, pf=4) and (nw=4, pf=0): their own pf and 0, 1, 8, each with and without PDL, no repeats
-    assert len(finals) == len(set(finals)) == 2 * 4 + 2 * 3
+    # finalists nw=4 and nw=8 (screened at pf=0): pf 0 and 1, each with and without PDL, no repeats
+    assert len(finals) == len(set(finals)) == 2 * 2 * 2
     assert len(ranked) == len(finals) + 1                      # the screened loser keeps its screen time
+
+
+def test_every_config_the_gpu_tests_force_is_compiled_in():
+    from tests import forced_configs
+    for name, m, cfg in forced_configs.CLUSTER_CASES:
+        d = LAYERS[name]
+        for c in (cfg, cfg._replace(cl=1)):
+            if isinstance(c, S.GemvzConfig):
+                assert _z3(c, m) in _compiled("GEMVZ_CONFIGS"), (name, m, c)
+                assert S.gemvz_fits(c, d["N"], d["K"], m) is None, (name, m, c)
+            else:
+                assert _c3(c, m, d["dtype"] == "fp32") in _compiled("GEMV_CONFIGS"), (name, m, c)
+                assert S.gemv_fits(c, d["N"], d["K"], m) is None, (name, m, c)

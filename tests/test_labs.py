@@ -284,8 +284,8 @@ def test_check_row_agrees_with_submission_fits():
                             plain = submission.gemv_fits(cfg, l["N"], l["K"], m)
                             got = lab0.check_row("plain", l, m, dict(nw=nw, s=s, u=u, r=r, pipe=1, cl=cl))
                             assert (plain is None) == (got == []), (name, m, cfg, plain, got)
-                            for pipe in ((1, 6) if l["dtype"] == "bf16" else ()):   # 6: the 4-stage ring
-                                zcfg = submission.GemvzConfig(nw, s, u, r, pipe, 0, 1, cl)
+                            if l["dtype"] == "bf16":
+                                zcfg = submission.GemvzConfig(nw, s, u, r, 1, 0, 1, cl)
                                 comp = submission.gemvz_fits(zcfg, l["N"], l["K"], m)
-                                got = lab0.check_row("compressed", l, m, dict(nw=nw, s=s, ug=u, r=r, pipe=pipe, cl=cl))
+                                got = lab0.check_row("compressed", l, m, dict(nw=nw, s=s, ug=u, r=r, pipe=1, cl=cl))
                                 assert (comp is None) == (got == []), (name, m, zcfg, comp, got)

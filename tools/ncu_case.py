@@ -2,7 +2,7 @@
 the plan with fields replaced, on trained-looking weights. Prints the cases in launch order (ncu numbers the
 profiled gemv launches in that order).
 
-    ncu -k regex:gemv python3 tools/ncu_case.py pooler:1 pooler:1:pf=2 router:1 pooler:1:plain
+    ncu -k regex:gemv python3 tools/ncu_case.py pooler:1 pooler:1:pf=1 router:1 pooler:1:plain
 """
 import sys
 

@@ -11,7 +11,7 @@ R = S.prepare("router", judge.trained_like(256, 2048, 1, dev, torch.float32))   
 A = S.prepare("small_a", judge.trained_like(512, 1024, 2, dev), path="compressed")
 B = S.prepare("small_b", judge.trained_like(256, 512, 3, dev), path="plain")
 R.set_config(4, S.GemvConfig(nw=4, s=16, u=1, r=1, pipe=2, pf=0, cl=1))
-A.set_config(8, S.GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=5, pf=0, cl=1))  # the cp.async ring + cluster
+A.set_config(8, S.GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0, cl=1))
 for m, L in ((4, R), (8, A), (8, B)):
     print(L.describe().splitlines()[0], "|", L.plan(m))
 x = judge.fresh_x(4, 2048, 4, dev)
