@@ -520,6 +520,14 @@ def score(rows):
     return math.exp(sum(math.log(r["cublas_us"] / r["us"]) for r in rows) / len(rows))
 
 
+def submission_sha():
+    """sha1 (12 hex) of submission.py as it is on disk: names the exact file a run measured, tables included
+    (a copy's .git may be stale: the device's reported an old HEAD as '-dirty' in session 3)."""
+    import hashlib
+    with open(os.path.join(ROOT, "submission.py"), "rb") as f:
+        return hashlib.sha1(f.read()).hexdigest()[:12]
+
+
 def git_sha():
     """The short commit of this checkout (+ '-dirty' if submission.py differs from it); outside a git checkout
     (the device machine gets a copy without .git) the hash of submission.py's CUDA source instead."""
@@ -539,7 +547,8 @@ def git_sha():
 
 def make_result(device_name, rows, correct, failures, extra=None):
     res = {"device": device_name, "date": datetime.datetime.now().isoformat(timespec="seconds"),
-           "commit": git_sha(), "score": None if not rows else round(score(rows), 4),
+           "commit": git_sha(), "submission_sha1": submission_sha(),
+           "score": None if not rows else round(score(rows), 4),
            "correct": correct, "failures": failures, "rows": rows}
     if rows and all(r.get("us_nopdl") for r in rows):
         res["score_nopdl"] = round(math.exp(sum(math.log(r["cublas_us"] / r["us_nopdl"]) for r in rows) / len(rows)), 4)

@@ -263,7 +263,9 @@ def test_judge_score_and_json_schema(tmp_path):
     path, png = judge.write_result(res, str(tmp_path / "r.json"))
     import json
     back = json.load(open(path))
-    assert set(back) >= {"device", "date", "commit", "score", "rows"}
+    assert set(back) >= {"device", "date", "commit", "submission_sha1", "score", "rows"}
+    import hashlib
+    assert back["submission_sha1"] == hashlib.sha1(open(os.path.join(ROOT, "submission.py"), "rb").read()).hexdigest()[:12]
     for r in back["rows"]:
         assert set(r) >= {"layer", "m", "path", "config", "us", "cublas_us", "floor_us", "speedup", "correct"}
     assert back["score"] == pytest.approx(2.0)
