@@ -13,8 +13,9 @@ shapes need), compiled from submission.KERNEL_SRC split over several .cu files s
 cores. Candidates that spill (local memory > 0, as the compiler reports) are dropped. Each candidate, with
 every S that divides K and each screen pf (--pf), is screened with a light replay count of SPEC's timing (P
 copies >= 2 GB, one graph of P back-to-back calls); the finalists are timed again with the full replay count,
-each also at every --pf-final value and with PDL off, and the winner of each path goes to tables/ctable.json (plain) and tables/ztable.json (compressed) with its runner-ups. Tables are
-written after each layer, so an interrupted run keeps what it finished; rerun with --layers to resume.
+each also at every --pf-final value and with PDL off, and the winner of each path goes to tables/ctable.json
+(plain) and tables/ztable.json (compressed) with its runner-ups. Tables are written after each layer, so an
+interrupted run keeps what it finished; rerun with --layers to resume.
 
 --backend triton sweeps the Triton path instead (triton_candidates: bn x bk x the two split factors just
 above one wave of programs, ticket mode, plus atomic mode for bk = 128); Triton compiles each (config, BM) once,
@@ -215,8 +216,9 @@ def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=()):
     # next kernel's early CTAs: measured 2026-11-30 on qkv_gate, NW=16 S=1: 12.2 us with PDL, 10.2 without)
     variants = []
     for _, c in res[:keep]:
-        for pf in [c.pf] + [p for p in final_pfs if p != c.pf]:
-            for c2 in (c._replace(pf=pf), c._replace(pf=pf, pdl=0)):
+        bases = [c] + [c._replace(pf=p) for p in final_pfs if p != c.pf]   # TritonConfig: no pf, no final_pfs
+        for b in bases:
+            for c2 in (b, b._replace(pdl=0)):
                 if c2 not in variants:
                     variants.append(c2)
     fin = [(time_config(Ls, m, c2, x, full), c2) for c2 in variants]

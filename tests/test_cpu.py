@@ -364,3 +364,12 @@ def test_every_config_the_gpu_tests_force_is_compiled_in():
             else:
                 assert _c3(c, m, d["dtype"] == "fp32") in _compiled("GEMV_CONFIGS"), (name, m, c)
                 assert S.gemv_fits(c, d["N"], d["K"], m) is None, (name, m, c)
+
+
+def test_tune_finalists_of_the_triton_sweep_have_no_pf(monkeypatch):
+    import tune
+    cands = [S.TritonConfig(64, 128, s, 4, 3, "ticket") for s in (2, 4, 8)]
+    monkeypatch.setattr(tune, "time_config", lambda Ls, m, cfg, x, replays: 10.0 - cfg.s * 0.1 - 0.2 * (cfg.pdl == 0))
+    ranked = tune.tune_shape([], 1, None, cands, 3, 25, 2, lambda s: None)
+    assert ranked[0][1] == S.TritonConfig(64, 128, 8, 4, 3, "ticket", 0)
+    assert len(ranked) == 2 * 2 + 1
