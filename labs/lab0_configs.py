@@ -14,6 +14,9 @@ import math
 import pathlib
 import sys
 
+from labkit import nb_of
+
+
 # %% Motivation ------------------------------------------------------------------------------------
 # A GEMV at m <= 32 is a streaming read of W. HBM keeps 4.8 TB/s busy only if enough bytes are requested
 # and not yet returned at every moment (Little's law: bytes in flight = bandwidth x latency). The knobs
@@ -29,11 +32,6 @@ LATENCY_S = 0.7e-6             # load latency under load (guide ch. 2.4)
 LITTLE_PER_SM = HBM_BPS * LATENCY_S / SMS      # ~25.5 kB
 MAX_CTAS_PER_SM = 2            # assumption: registers allow at most 2 resident CTAs of our kernels
 SMEM_LIMIT = 48 * 1024         # static + dynamic shared memory per CTA
-
-
-def nb_of(m):
-    """8-token blocks per mma K step: 1 for m <= 8, 2 for m <= 16, 4 for m <= 32."""
-    return 1 if m <= 8 else 2 if m <= 16 else 4
 
 
 # %% Layout: the rules a config must satisfy -----------------------------------------------------------

@@ -13,25 +13,15 @@ import sys
 
 import numpy as np
 
+from labkit import check, nb_of
+
+
 # %% Motivation ------------------------------------------------------------------------------------
 # One mma16816 multiplies a 16x16 A tile by a 16x8 B tile, but no lane sees a tile: each of the 32
 # lanes holds 8 A values, 4 B values and 4 C values. The plain GEMV puts 16 weight rows in A and up to
 # 8 tokens in B ("swap A and B"), so a lane's 8 weights must arrive as ONE 16-byte load. pack_plain
 # reorders W so that they do, and relabels k so that the lane's x values for both mma steps of a 32-wide
 # K block are ONE 16-byte load too. This lab rebuilds both from the PTX ownership table alone.
-
-
-def check(ok, what):
-    """Print what was verified; on a mismatch print it and exit non-zero."""
-    if not ok:
-        print(f"MISMATCH: {what}")
-        raise SystemExit(1)
-    print(f"verified: {what}")
-
-
-def nb_of(m):
-    """8-token blocks per mma K step: 1 for m <= 8, 2 for m <= 16, 4 for m <= 32."""
-    return 1 if m <= 8 else 2 if m <= 16 else 4
 
 
 # %% Layout: the ownership maps (PTX ISA, mma.m16n8k16 .bf16), lane = 4g + t --------------------------

@@ -13,20 +13,15 @@ import sys
 
 import numpy as np
 
+from labkit import check, nb_of
+
+
 # %% Motivation ------------------------------------------------------------------------------------
 # A bf16 is s | e7..e0 | m6..m0. Trained weights use few exponents: the "class" e7..e1 (bits 14..8) of
 # almost every weight is one of 8 values. Store the low byte verbatim (8 bits), the class as a 3-bit index
 # into an 8-entry window and the sign (1 bit): 12 bits per weight, 25% fewer bytes than bf16, fixed rate.
 # Weights whose class is out of the window decode to a fixed in-window value v; an fp32 correction
 # c = fl32(W - v) in a side table makes v + c == W exactly, added by one extra warp.
-
-
-def check(ok, what):
-    """Print what was verified; on a mismatch print it and exit non-zero."""
-    if not ok:
-        print(f"MISMATCH: {what}")
-        raise SystemExit(1)
-    print(f"verified: {what}")
 
 
 U32 = np.uint32
@@ -227,10 +222,6 @@ B_K = np.array([[2 * _t + (i & 1) + 8 * (i >> 1) for i in range(4)] for _t in _T
 B_N = np.repeat(_G[:, None], 4, axis=1)
 C_ROW = np.array([[_g + 8 * (i >> 1) for i in range(4)] for _g in _G])
 C_N = np.array([[2 * _t + (i & 1) for i in range(4)] for _t in _T])
-
-
-def nb_of(m):
-    return 1 if m <= 8 else 2 if m <= 16 else 4
 
 
 def mma16816(d, a, b0, b1):

@@ -15,20 +15,15 @@ import sys
 
 import numpy as np
 
+from labkit import check
+
+
 # %% Motivation ------------------------------------------------------------------------------------
 # The router has 256 rows: 16 row blocks, 16 CTAs for 132 SMs. Splitting K over S CTAs per row block
 # fills the GPU, but the S partial sums must be added somewhere. One launch (no second "reduce" kernel,
 # no memset) and a deterministic result: the last CTA to finish adds all S partials in the order 0..S-1.
 
 RESET = True        # splitk_combine's `sem[rb] = 0`; set False to watch replay 1 lose its output
-
-
-def check(ok, what):
-    """Print what was verified; on a mismatch print it and exit non-zero."""
-    if not ok:
-        print(f"MISMATCH: {what}")
-        raise SystemExit(1)
-    print(f"verified: {what}")
 
 
 def hexf(v):

@@ -17,6 +17,7 @@ import torch
 REPO = pathlib.Path(__file__).resolve().parent.parent
 LABS = REPO / "labs"
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(LABS))    # the labs import labkit (running as scripts puts labs/ there already)
 import submission  # noqa: E402
 
 
