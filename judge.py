@@ -530,7 +530,7 @@ def submission_sha():
 
 def git_sha():
     """The short commit of this checkout (+ '-dirty' if submission.py differs from it); outside a git checkout
-    (the device machine gets a copy without .git) the hash of submission.py's CUDA source instead."""
+    'file-' + submission_sha()."""
     try:
         r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
         if r.returncode == 0 and r.stdout.strip():
@@ -539,10 +539,7 @@ def git_sha():
             return r.stdout.strip() + ("-dirty" if d.stdout.strip() else "")
     except OSError:
         pass
-    if "submission" not in sys.modules:
-        os.environ.setdefault("MUSE_BUILD", "0")     # only the source hash is needed: no build
-    import submission
-    return "src-" + submission._source_hash()
+    return "file-" + submission_sha()
 
 
 def make_result(device_name, rows, correct, failures, extra=None):
