@@ -104,7 +104,10 @@ def t_picks(crows, zrows, trows):
                   and _us(r) < best[(r["layer"], r["m"])])
 
 
-CONFIG_DEFAULTS = {"r": 1, "pf": 0, "pdl": 1, "cl": 0}
+CONFIG_DEFAULTS = {"r": 1, "pf": 0, "pdl": 1, "cl": 0, "co": -1}
+# Fields written into a literal only when a row sets them to something other than the default (rows tuned
+# before the field existed keep their literal as it was).
+OPTIONAL_FIELDS = ("co",)
 
 
 def cfg_of(row, f):
@@ -114,7 +117,8 @@ def cfg_of(row, f):
 def table_literal(name, cls, fields, rows):
     lines = [f"{name} = {{"]
     for r in rows:
-        cfg = ", ".join(f"{f}={json.dumps(cfg_of(r, f))}" for f in fields)
+        cfg = ", ".join(f"{f}={json.dumps(cfg_of(r, f))}" for f in fields
+                        if f not in OPTIONAL_FIELDS or cfg_of(r, f) != CONFIG_DEFAULTS[f])
         lines.append(f"    ({json.dumps(r['layer'])}, {r['m']}): {cls}({cfg}),  # {_comment(r)}")
     lines.append("}")
     return "\n".join(lines)
@@ -185,9 +189,11 @@ def generate(text):
     picks = t_picks(crows, zrows, trows)
     dg, dz = defaults()
     text = replace_region(text, PY_BEGIN.format(src="ctable.json"), PY_END,
-                          table_literal("CTABLE", "GemvConfig", ("nw", "s", "u", "r", "pipe", "pf", "pdl", "cl"), crows))
+                          table_literal("CTABLE", "GemvConfig", ("nw", "s", "u", "r", "pipe", "pf", "pdl", "cl", "co"),
+                                        crows))
     text = replace_region(text, PY_BEGIN.format(src="ztable.json"), PY_END,
-                          table_literal("ZTABLE", "GemvzConfig", ("nw", "s", "ug", "r", "pipe", "pf", "pdl", "cl"), zwin))
+                          table_literal("ZTABLE", "GemvzConfig", ("nw", "s", "ug", "r", "pipe", "pf", "pdl", "cl", "co"),
+                                        zwin))
     tlit = table_literal("TTABLE", "TritonConfig", ("bn", "bk", "s", "warps", "stages", "mode", "pdl"), trows)
     tlit += "\nTPICK = frozenset(" + ("{" + ", ".join(f"({json.dumps(l)}, {m})" for l, m in picks) + "}" if picks
                                      else "") + ")"

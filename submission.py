@@ -30,10 +30,12 @@ import torch
 # gemv_kernel<NW, U, NB, R, DUAL, PIPE> with S CTAs per row group, L2 prefetch pf (0/1), pdl (1: launch
 # with PDL when the layer has it on; 0: this config runs faster without: measured per shape by tune.py) and
 # cl (1: the S CTAs of a row group form a thread-block cluster and reduce split-K in distributed shared
-# memory; 0: through a global workspace and a ticket)
-GemvConfig = collections.namedtuple("GemvConfig", "nw s u r pipe pf pdl cl", defaults=(1, 0))
+# memory; 0: through a global workspace and a ticket) and co, the shared memory carveout the launch asks for
+# (cudaLaunchAttributePreferredSharedMemoryCarveout, percent of the SM's unified L1 / shared memory; -1: no
+# preference, the driver's choice)
+GemvConfig = collections.namedtuple("GemvConfig", "nw s u r pipe pf pdl cl co", defaults=(1, 0, -1))
 # gemvz_kernel<NW, UG, NB, R, PIPE>, likewise
-GemvzConfig = collections.namedtuple("GemvzConfig", "nw s ug r pipe pf pdl cl", defaults=(1, 0))
+GemvzConfig = collections.namedtuple("GemvzConfig", "nw s ug r pipe pf pdl cl co", defaults=(1, 0, -1))
 
 # The Triton path (tri_gemv): bn weight rows per program, K step bk of one tl.dot, s split-K programs per column
 # block, Triton's num_warps / num_stages, mode "ticket" (fixed-order sum: deterministic) or "atomic" (fp32
@@ -740,13 +742,13 @@ static int allow_nonportable_clusters(const void* f) {
 // stream is still running (programmatic stream serialization); torch's graph capture keeps the edge.
 template <typename... KArgs, typename... Args>
 static int launch_pdl(void (*kern)(KArgs...), dim3 grid, dim3 block, cudaStream_t st, bool pdl, int cluster_y,
-                      size_t dsmem, Args... args) {
+                      size_t dsmem, int carveout, Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = dsmem;
   cfg.stream = st;
-  cudaLaunchAttribute attr[2];
+  cudaLaunchAttribute attr[3];
   int n = 0;
   if (pdl) {
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -761,6 +763,10 @@ static int launch_pdl(void (*kern)(KArgs...), dim3 grid, dim3 block, cudaStream_
     attr[n].val.clusterDim.x = 1;
     attr[n].val.clusterDim.y = cluster_y;
     attr[n++].val.clusterDim.z = 1;
+  }
+  if (carveout >= 0) {  // percent of the unified L1 / shared memory the SM should give to shared memory
+    attr[n].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+    attr[n++].val.sharedMemCarveout = (unsigned)carveout;
   }
   cfg.attrs = attr;
   cfg.numAttrs = n;
@@ -827,11 +833,11 @@ static int func_attrs(const void* f, int* res) {
 // cl = 1: the S CTAs of a row group form a cluster (cluster_combine; cbuf = (S - 1) * R*NB*32 float4 of
 // dynamic shared memory); cl = 0: global workspace and ticket (splitk_combine).
 int gemv_dispatch(const void* x, const void* w, const void* w2, void* out, void* ws, void* sem, int M, int N, int K,
-                  int S, int NW, int U, int NB, int R, bool dual, int P, int pf, int cl, bool pdl, cudaStream_t st) {
+                  int S, int NW, int U, int NB, int R, bool dual, int P, int pf, int cl, int co, bool pdl, cudaStream_t st) {
 #define LAUNCH_C3(NW_, U_, NB_, R_, D_, P_)                                                                    \
   if (NW == NW_ && U == U_ && NB == NB_ && R == R_ && dual == D_ && P == P_)                                     \
     return launch_pdl(gemv_kernel<NW_, U_, NB_, R_, D_, P_>, dim3(N / (16 * R_), S), dim3(NW_ * 32), st, pdl,      \
-                      cl ? S : 1, cl ? (size_t)(S - 1) * R_ * NB_ * 32 * 16 : 0, (const bf16*)x, (const uint4*)w, \
+                      cl ? S : 1, cl ? (size_t)(S - 1) * R_ * NB_ * 32 * 16 : 0, co, (const bf16*)x, (const uint4*)w, \
                       (const uint4*)w2, out, (float4*)ws, (int*)sem, M, N, K, S, pf, cl);
   GEMV_CONFIGS(LAUNCH_C3)
 #undef LAUNCH_C3
@@ -840,11 +846,11 @@ int gemv_dispatch(const void* x, const void* w, const void* w2, void* out, void*
 
 int gemvz_dispatch(const void* x, const void* w, const void* esc, int capr, void* out, void* ws, void* sem, int M,
                    int N, int K, int S, int NW, int UG, int NB, int R, int P, uint32_t TL, uint32_t TH, int dbg, int pf,
-                   int cl, bool pdl, cudaStream_t st) {
+                   int cl, int co, bool pdl, cudaStream_t st) {
 #define LAUNCH_Z3(NW_, U_, NB_, R_, P_)                                                                     \
   if (NW == NW_ && UG == U_ && NB == NB_ && R == R_ && P == P_)                                              \
     return launch_pdl(gemvz_kernel<NW_, U_, NB_, R_, P_>, dim3(N / (16 * R_), S), dim3((NW_ + 1) * 32), st,    \
-                      pdl, cl ? S : 1, cl ? (size_t)(S - 1) * R_ * NB_ * 32 * 16 : 0, (const bf16*)x,           \
+                      pdl, cl ? S : 1, cl ? (size_t)(S - 1) * R_ * NB_ * 32 * 16 : 0, co, (const bf16*)x,       \
                       (const uint4*)w, (const int2*)esc, capr, (bf16*)out, (float4*)ws, (int*)sem, M, N, K, S, TL, \
                       TH, dbg, pf, cl);
   GEMVZ_CONFIGS(LAUNCH_Z3)
@@ -873,7 +879,7 @@ int gemvz_attrs(int NW, int UG, int NB, int R, int P, int* res) {
 
 int unpackz_launch(const void* w, void* out, int N, int K, uint32_t TL, uint32_t TH, cudaStream_t st) {
   const size_t threads = (size_t)(N / 16) * (K / 64) * 32;
-  return launch_pdl(unpackz_kernel, dim3((unsigned)((threads + 255) / 256)), dim3(256), st, false, 1, 0,
+  return launch_pdl(unpackz_kernel, dim3((unsigned)((threads + 255) / 256)), dim3(256), st, false, 1, 0, -1,
                     (const uint4*)w, (uint16_t*)out, N, K, TL, TH);
 }
 """
@@ -885,10 +891,10 @@ BIND_SRC = r"""
 #include <cuda_runtime.h>
 
 int gemv_dispatch(const void* x, const void* w, const void* w2, void* out, void* ws, void* sem, int M, int N, int K,
-                  int S, int NW, int U, int NB, int R, bool dual, int P, int pf, int cl, bool pdl, cudaStream_t st);
+                  int S, int NW, int U, int NB, int R, bool dual, int P, int pf, int cl, int co, bool pdl, cudaStream_t st);
 int gemvz_dispatch(const void* x, const void* w, const void* esc, int capr, void* out, void* ws, void* sem, int M,
                    int N, int K, int S, int NW, int UG, int NB, int R, int P, uint32_t TL, uint32_t TH, int dbg, int pf,
-                   int cl, bool pdl, cudaStream_t st);
+                   int cl, int co, bool pdl, cudaStream_t st);
 int gemv_attrs(int NW, int U, int NB, int R, bool dual, int P, int* res);
 int gemvz_attrs(int NW, int UG, int NB, int R, int P, int* res);
 int unpackz_launch(const void* w, void* out, int N, int K, uint32_t TL, uint32_t TH, cudaStream_t st);
@@ -910,19 +916,19 @@ static std::string gemvz_name(int64_t NW, int64_t UG, int64_t NB, int64_t R, int
 
 void gemv(torch::Tensor x, torch::Tensor w, torch::Tensor w2, torch::Tensor out, torch::Tensor ws, torch::Tensor sem,
           int64_t N, int64_t K, int64_t NW, int64_t S, int64_t U, int64_t R, int64_t NB, bool dual, int64_t P,
-          int64_t pf, int64_t cl, bool pdl) {
+          int64_t pf, int64_t cl, int64_t co, bool pdl) {
   const int rc = gemv_dispatch(x.data_ptr(), w.data_ptr(), w2.data_ptr(), out.data_ptr(), ws.data_ptr(), sem.data_ptr(),
                                (int)x.size(0), (int)N, (int)K, (int)S, (int)NW, (int)U, (int)NB, (int)R, dual, (int)P,
-                               (int)pf, (int)cl, pdl, c10::cuda::getCurrentCUDAStream());
+                               (int)pf, (int)cl, (int)co, pdl, c10::cuda::getCurrentCUDAStream());
   if (rc) check_rc(rc, gemv_name(NW, U, NB, R, dual, P));
 }
 
 void gemvz(torch::Tensor x, torch::Tensor w, torch::Tensor esc, int64_t capr, torch::Tensor out, torch::Tensor ws,
            torch::Tensor sem, int64_t N, int64_t K, int64_t NW, int64_t S, int64_t UG, int64_t R, int64_t NB, int64_t P,
-           int64_t TL, int64_t TH, int64_t dbg, int64_t pf, int64_t cl, bool pdl) {
+           int64_t TL, int64_t TH, int64_t dbg, int64_t pf, int64_t cl, int64_t co, bool pdl) {
   const int rc = gemvz_dispatch(x.data_ptr(), w.data_ptr(), esc.data_ptr(), (int)capr, out.data_ptr(), ws.data_ptr(),
                                 sem.data_ptr(), (int)x.size(0), (int)N, (int)K, (int)S, (int)NW, (int)UG, (int)NB,
-                                (int)R, (int)P, (uint32_t)TL, (uint32_t)TH, (int)dbg, (int)pf, (int)cl, pdl,
+                                (int)R, (int)P, (uint32_t)TL, (uint32_t)TH, (int)dbg, (int)pf, (int)cl, (int)co, pdl,
                                 c10::cuda::getCurrentCUDAStream());
   if (rc) check_rc(rc, gemvz_name(NW, UG, NB, R, P));
 }
@@ -1442,6 +1448,8 @@ def _split_fits(cfg, smem):
         return f"pf={cfg.pf!r}: expected 0 (no L2 prefetch) or 1 (the warp's slice, before griddepcontrol.wait)"
     if cfg.cl not in (0, 1):
         return f"cl={cfg.cl}: expected 0 (ticket) or 1 (cluster)"
+    if not (isinstance(cfg.co, int) and -1 <= cfg.co <= 100):
+        return f"co={cfg.co!r}: expected -1 (no carveout preference) or a percentage 0..100"
     if cfg.cl and not 2 <= cfg.s <= MAX_CLUSTER:
         return f"cl=1 needs 2 <= S <= {MAX_CLUSTER} (one cluster per row group), got S={cfg.s}"
     if smem > SMEM_LIMIT:
@@ -1865,9 +1873,9 @@ def kernel_fn(x, layer, out=None):
                            c, layer.dual, layer.pdl)
     if p.path == "plain":
         _EXT.gemv(x, layer.w, layer.w2, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.u, c.r, nb_of(m),
-                  layer.dual, c.pipe, c.pf, c.cl, layer.pdl and c.pdl == 1)
+                  layer.dual, c.pipe, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
     else:
         z = layer.z
         _EXT.gemvz(x, z.stream, z.esc, z.esc.shape[1], out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.ug, c.r,
-                   nb_of(m), c.pipe, z.TL, z.TH, layer.dbg, c.pf, c.cl, layer.pdl and c.pdl == 1)
+                   nb_of(m), c.pipe, z.TL, z.TH, layer.dbg, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
     return out

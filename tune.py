@@ -4,6 +4,7 @@
     python tune.py --layers router --m 1,2  # a subset; the other rows of the tables are kept
     python tune.py --no-write               # measure and print only
     python tune.py --pf 0,1 --pf-final 0   # L2 prefetch values for the screen / the finalists
+    python tune.py --co-final -1,0,100      # shared memory carveouts tried on the finalists
     python tune.py --backend triton         # the Triton path's configs -> tables/ttable.json
     python build.py                         # then regenerate submission.py from the tables
 
@@ -44,6 +45,10 @@ PIPES = (0, 1, 2, 3)
 # whose slice is one batch). --pf / --pf-final override.
 PFS = (0,)
 FINAL_PFS = (0, 1)
+# Shared memory carveout (co, percent; -1 = the driver's choice): the screen uses -1; --co-final adds values for
+# the finalists (session 3: the dynamic shared memory attribute, which changes the driver's choice, moved the
+# router by 2.6 us and a qkv_gate m=32 config by 5.8 us).
+FINAL_COS = (-1,)
 ROOT = os.path.dirname(os.path.abspath(__file__))
 RENAMED = ("gemv_dispatch", "gemvz_dispatch", "gemv_attrs", "gemvz_attrs", "unpackz_launch", "unpackz_kernel")
 
@@ -91,13 +96,13 @@ def tune_sources(insts, nfiles):
         files.append(head + src)
     sig = {
         "gemv_dispatch": ("int", "const void* x, const void* w, const void* w2, void* out, void* ws, void* sem, int M, "
-                          "int N, int K, int S, int NW, int U, int NB, int R, bool dual, int P, int pf, int cl, bool pdl, "
+                          "int N, int K, int S, int NW, int U, int NB, int R, bool dual, int P, int pf, int cl, int co, bool pdl, "
                           "cudaStream_t st",
-                          "x, w, w2, out, ws, sem, M, N, K, S, NW, U, NB, R, dual, P, pf, cl, pdl, st"),
+                          "x, w, w2, out, ws, sem, M, N, K, S, NW, U, NB, R, dual, P, pf, cl, co, pdl, st"),
         "gemvz_dispatch": ("int", "const void* x, const void* w, const void* esc, int capr, void* out, void* ws, "
                            "void* sem, int M, int N, int K, int S, int NW, int UG, int NB, int R, int P, uint32_t TL, "
-                           "uint32_t TH, int dbg, int pf, int cl, bool pdl, cudaStream_t st",
-                           "x, w, esc, capr, out, ws, sem, M, N, K, S, NW, UG, NB, R, P, TL, TH, dbg, pf, cl, pdl, st"),
+                           "uint32_t TH, int dbg, int pf, int cl, int co, bool pdl, cudaStream_t st",
+                           "x, w, esc, capr, out, ws, sem, M, N, K, S, NW, UG, NB, R, P, TL, TH, dbg, pf, cl, co, pdl, st"),
         "gemv_attrs": ("int", "int NW, int U, int NB, int R, bool dual, int P, int* res", "NW, U, NB, R, dual, P, res"),
         "gemvz_attrs": ("int", "int NW, int UG, int NB, int R, int P, int* res", "NW, UG, NB, R, P, res"),
     }
@@ -202,9 +207,9 @@ def time_config(Ls, m, cfg, x, replays):
     return ms * 1e3 / len(Ls)
 
 
-def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=()):
-    """Screen every candidate, re-time the best `keep`, each also at every pf of final_pfs and without PDL;
-    returns [(us, cfg)] sorted, finalists first."""
+def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=(), final_cos=()):
+    """Screen every candidate, re-time the best `keep`, each also at every pf of final_pfs, every carveout of
+    final_cos and without PDL; returns [(us, cfg)] sorted, finalists first."""
     res = []
     for c in cands:
         try:
@@ -217,6 +222,7 @@ def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=()):
     variants = []
     for _, c in res[:keep]:
         bases = [c] + [c._replace(pf=p) for p in final_pfs if p != c.pf]   # TritonConfig: no pf, no final_pfs
+        bases += [b._replace(co=v) for b in list(bases) for v in final_cos if v != b.co]
         for b in bases:
             for c2 in (b, b._replace(pdl=0)):
                 if c2 not in variants:
@@ -254,6 +260,8 @@ def main(argv=None):
     ap.add_argument("--backend", choices=("cuda", "triton"), default="cuda")
     ap.add_argument("--pf", default=",".join(map(str, PFS)), help="L2 prefetch values to screen (0, 1)")
     ap.add_argument("--pf-final", default=",".join(map(str, FINAL_PFS)), help="L2 prefetch values for the finalists")
+    ap.add_argument("--co-final", default=",".join(map(str, FINAL_COS)),
+                    help="shared memory carveouts (-1 = driver's choice, 0..100 percent) for the finalists")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("[tune] needs a CUDA device (an H200); nothing to do here")
@@ -264,6 +272,9 @@ def main(argv=None):
     fpfs = tuple(int(v) for v in args.pf_final.split(",") if v)
     if not pfs or not set(pfs + fpfs) <= {0, 1}:
         ap.error(f"--pf {args.pf!r} / --pf-final {args.pf_final!r}: expected values in 0,1")
+    fcos = tuple(int(v) for v in args.co_final.split(",") if v)
+    if not all(-1 <= v <= 100 for v in fcos):
+        ap.error(f"--co-final {args.co_final!r}: expected -1 or percentages 0..100")
     if args.backend == "triton":
         return tune_triton(args, layers, ms)
     t_start = time.time()
@@ -295,16 +306,16 @@ def main(argv=None):
             x = judge.fresh_x(m, K, 3 + m, "cuda")
             t0 = time.time()
             cp, sp = candidates(ext, N, K, m, dual, False, pfs)
-            rp = tune_shape(Ls, m, x, cp, args.screen, args.full, args.keep, log, fpfs)
+            rp = tune_shape(Ls, m, x, cp, args.screen, args.full, args.keep, log, fpfs, fcos)
             crow[(name, m)] = row_of(name, m, rp, dev, date)
             line = (f"plain {rp[0][1]} {rp[0][0]:.2f} us (next {rp[1][0]:.2f}; {len(cp)} cands, {sp} spilled; "
-                    f"{best_by(rp, 'pf')}; {best_by(rp, 'pipe')})")
+                    f"{best_by(rp, 'pf')}; {best_by(rp, 'co')}; {best_by(rp, 'pipe')})")
             if not dual:
                 cz, sz = candidates(ext, N, K, m, dual, True, pfs)
-                rz = tune_shape(Ls, m, x, cz, args.screen, args.full, args.keep, log, fpfs)
+                rz = tune_shape(Ls, m, x, cz, args.screen, args.full, args.keep, log, fpfs, fcos)
                 zrow[(name, m)] = row_of(name, m, rz, dev, date)
                 line += (f" | compressed {rz[0][1]} {rz[0][0]:.2f} us (next {rz[1][0]:.2f}; {len(cz)} cands, "
-                         f"{sz} spilled; {best_by(rz, 'pf')}; {best_by(rz, 'pipe')})")
+                         f"{sz} spilled; {best_by(rz, 'pf')}; {best_by(rz, 'co')}; {best_by(rz, 'pipe')})")
             done += 1
             el = time.time() - t_start
             log(f"[tune {done}/{total}] {name} m={m}: {line}  [{time.time() - t0:.0f} s; {el:.0f} s in all]")
