@@ -637,8 +637,8 @@ def cpu_checks(sub, layers, log=print):
             z = sub.pack_z(wz)
             rate = z.n_exc / wz.numel()
             log(f"[cpu] 12-bit format of {name} (first {rows} rows, trained-looking): window {z.window} ({z.mode}), "
-                f"exceptions {100 * rate:.4f}%, capr {z.capr}, side table {64 * z.capr / d['K']:.3f} bit/w padded, "
-                f"{64 * rate:.4f} read")
+                f"exceptions {100 * rate:.4f}%, at most {z.capr} in a row, side table "
+                f"{sub.side_table_bits(z, rows, d['K']):.4f} bit/w (CSR)")
     return ok
 
 

@@ -99,10 +99,10 @@ def tune_sources(insts, nfiles):
                           "int N, int K, int S, int NW, int U, int NB, int R, bool dual, int P, int pf, int cl, int co, bool pdl, "
                           "cudaStream_t st",
                           "x, w, w2, out, ws, sem, M, N, K, S, NW, U, NB, R, dual, P, pf, cl, co, pdl, st"),
-        "gemvz_dispatch": ("int", "const void* x, const void* w, const void* esc, int capr, void* out, void* ws, "
+        "gemvz_dispatch": ("int", "const void* x, const void* w, const void* eptr, const void* esc, void* out, void* ws, "
                            "void* sem, int M, int N, int K, int S, int NW, int UG, int NB, int R, int P, uint32_t TL, "
                            "uint32_t TH, int dbg, int pf, int cl, int co, bool pdl, cudaStream_t st",
-                           "x, w, esc, capr, out, ws, sem, M, N, K, S, NW, UG, NB, R, P, TL, TH, dbg, pf, cl, co, pdl, st"),
+                           "x, w, eptr, esc, out, ws, sem, M, N, K, S, NW, UG, NB, R, P, TL, TH, dbg, pf, cl, co, pdl, st"),
         "gemv_attrs": ("int", "int NW, int U, int NB, int R, bool dual, int P, int* res", "NW, U, NB, R, dual, P, res"),
         "gemvz_attrs": ("int", "int NW, int UG, int NB, int R, int P, int* res", "NW, UG, NB, R, P, res"),
     }

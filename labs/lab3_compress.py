@@ -112,8 +112,9 @@ def choose_window(hist, with_zero):
 
 def pack_z_np(W):
     """bf16 bits W (uint16 [N, K], N % 16 == 0, K % 64 == 0) -> the 12-bit format as a dict:
-    stream uint8 [N/16, K/64, 1536], esc int32 [N, max(capr, 1), 2] = {k, fp32 bits of c}, capr, window,
-    TL, TH, mode ('8-class' | 'zero-class'), n_exc, exc_cols."""
+    stream uint8 [N/16, K/64, 1536], the side table in CSR: eptr int32 [N + 1] and esc int32 [max(n_exc, 1), 2]
+    = {k, fp32 bits of c} (row r's exceptions are esc[eptr[r]:eptr[r + 1]], k ascending), capr (the most in
+    one row), window, TL, TH, mode ('8-class' | 'zero-class'), n_exc, exc_cols."""
     W = np.asarray(W, np.uint16)
     N, K = W.shape
     if N % 16 or K % 64:
@@ -150,10 +151,10 @@ def pack_z_np(W):
     n_exc = int(er.size)
     counts = np.bincount(er, minlength=N)
     capr = int(counts.max()) if n_exc else 0
-    esc = np.zeros((N, max(capr, 1), 2), np.int32)
-    rank = np.arange(n_exc) - (np.cumsum(counts) - counts)[er]
-    esc[er, rank, 0] = ek
-    esc[er, rank, 1] = corr.view(np.int32)
+    eptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    esc = np.zeros((max(n_exc, 1), 2), np.int32)           # er, ek are row-major: the CSR order already
+    esc[:n_exc, 0] = ek
+    esc[:n_exc, 1] = corr.view(np.int32)
 
     RB, KG = N // 16, K // 64
     idx4, sgn4, lo4 = (a.reshape(RB, 16, KG, 64) for a in (idx, sgn, lo))   # [rb, row, G, k]
@@ -169,7 +170,7 @@ def pack_z_np(W):
                 stream[:, :, 64 + lane, 4 * f + byte] = (word >> U32(8 * byte)) & U32(0xFF)
     TL = window[0] | window[1] << 8 | window[2] << 16 | window[3] << 24
     TH = window[4] | window[5] << 8 | window[6] << 16 | window[7] << 24
-    return dict(stream=stream.reshape(RB, KG, 1536), esc=esc, capr=capr, window=window, TL=TL, TH=TH,
+    return dict(stream=stream.reshape(RB, KG, 1536), eptr=eptr, esc=esc, capr=capr, window=window, TL=TL, TH=TH,
                 mode=mode, n_exc=n_exc, exc_cols=sorted(set(int(k) for k in ek)))
 
 
@@ -198,13 +199,12 @@ def unpack_z_np(stream, N, K, TL, TH):
     return out.reshape(N, K)
 
 
-def restore_np(decoded, esc):
-    """Apply v + c (fp32) for every used side-table slot; the bf16 is the upper half of the fp32 sum."""
-    N, capr, _ = esc.shape
-    e = esc.reshape(-1, 2)
-    rows = np.repeat(np.arange(N), capr)
-    used = e[:, 1] != 0                                   # {0, 0} pads (a real correction is never +0.0)
-    r, k, c = rows[used], e[used, 0], e[used, 1].view(np.float32)
+def restore_np(decoded, eptr, esc):
+    """Apply v + c (fp32) for every side-table entry; the bf16 is the upper half of the fp32 sum."""
+    N = len(eptr) - 1
+    n = int(eptr[-1])
+    r = np.repeat(np.arange(N), np.diff(eptr))
+    k, c = esc[:n, 0], esc[:n, 1].view(np.float32)
     with np.errstate(all="ignore"):
         back = (f32_of_bf16(decoded[r, k]) + c).astype(np.float32)
     out = np.array(decoded, np.uint16, copy=True)
@@ -261,7 +261,12 @@ def store_tile(y, r, rb, M):
                 y[tok, row] = r[tid, q]
 
 
-def gemvz_emulate(stream, esc, TL, TH, x, N, K, nw, s, ug, corrections=True):
+def exc_chunk(nb):
+    """EC: side-table entries the exception warp loads (then all their x values) before its first FMA."""
+    return 2 if nb == 4 else 4
+
+
+def gemvz_emulate(stream, eptr, esc, TL, TH, x, N, K, nw, s, ug, corrections=True):
     """y [m, N] as gemvz_kernel<NW=nw, UG=ug, NB> with S = s computes it, in fp32 (returned as float64,
     before store_tile's bf16 rounding). x: [m, K] values. corrections=False is dbg & 1 (skip them)."""
     x = np.asarray(x, np.float64)
@@ -271,7 +276,7 @@ def gemvz_emulate(stream, esc, TL, TH, x, N, K, nw, s, ug, corrections=True):
     if N % 16 or K % 64 or KG % (S * NW * UG) or NW < NB or M > 32:
         raise ValueError(f"config NW={NW} S={S} UG={UG} does not fit N={N}, K={K}, m={M}")
     KGS, KGW = KG // S, KG // S // NW
-    capr = esc.shape[1]
+    EC = exc_chunk(NB)
     words = np.ascontiguousarray(stream).reshape(-1, 16).view("<u4")   # 16-byte units, 4 words each
     xflat = x.reshape(-1)
     y = np.full((M, N), np.nan)
@@ -286,17 +291,19 @@ def gemvz_emulate(stream, esc, TL, TH, x, N, K, nw, s, ug, corrections=True):
                 r, p = lane & 15, lane >> 4
                 ea = np.zeros(NB * 4, np.float32)
                 if corrections:
-                    for j in range(capr):
-                        k, cbits = (int(v) for v in esc[rb * 16 + r, j])
-                        if cbits == 0 or k >= khi:                       # sorted by k, empty slots last
+                    beg, end = int(eptr[rb * 16 + r]), int(eptr[rb * 16 + r + 1])
+                    for j in range(beg, end, EC):                        # chunks of EC entries, k ascending
+                        chunk = [(int(esc[i, 0]), int(esc[i, 1])) if i < end else (khi, 0) for i in range(j, j + EC)]
+                        for k, cbits in chunk:
+                            if not klo <= k < khi:                       # outside this CTA's K slice
+                                continue
+                            d = np.int32(cbits).view(np.float32)
+                            for q in range(NB * 4):
+                                tok = p + 2 * q
+                                if tok < M:                              # fma: one rounding
+                                    ea[q] = np.float32(float(ea[q]) + float(d) * x[tok, k])
+                        if chunk[-1][0] >= khi:                          # the rest of the row is past khi
                             break
-                        if k < klo:
-                            continue
-                        d = np.int32(cbits).view(np.float32)
-                        for q in range(NB * 4):
-                            tok = p + 2 * q
-                            if tok < M:                                  # fma: one rounding
-                                ea[q] = np.float32(float(ea[q]) + float(d) * x[tok, k])
                 for q in range(NB * 4):
                     ecorr[r, p + 2 * q] = ea[q]
             # warps 0..NW-1: the streaming warps
@@ -367,11 +374,11 @@ def roundtrip(name, W):
     N, K = W.shape
     z = pack_z_np(W)
     dec = unpack_z_np(z["stream"], N, K, z["TL"], z["TH"])
-    back = restore_np(dec, z["esc"])
+    back = restore_np(dec, z["eptr"], z["esc"])
     rate = z["n_exc"] / W.size
     print(f"  {name}: {N}x{K}, mode {z['mode']}, window {[hex(c) for c in z['window']]}, {z['n_exc']} exceptions "
-          f"({100 * rate:.4f}%), capr {z['capr']}, side table {64 * z['capr'] / K:.3f} bit/weight padded, "
-          f"{64 * rate:.4f} bit/weight read")
+          f"({100 * rate:.4f}%), at most {z['capr']} in a row, side table "
+          f"{(64 * z['n_exc'] + 32 * (N + 1)) / W.size:.4f} bit/weight (CSR)")
     check(z["stream"].nbytes * 8 == 12 * W.size, f"{name}: stream is 12 bits per weight ({z['stream'].nbytes} B)")
     exact = back == W
     nan_only = same_bits(back, W)
@@ -409,7 +416,7 @@ def part3():
     rng = np.random.default_rng(8)
     for (m, nw, s, ug) in ((1, 2, 2, 2), (5, 4, 1, 2), (12, 2, 4, 1), (32, 4, 2, 1)):
         x = f32_of_bf16(bf16_rne(rng.standard_normal((m, K)).astype(np.float32))).astype(np.float64)
-        y = gemvz_emulate(z["stream"], z["esc"], z["TL"], z["TH"], x, N, K, nw, s, ug)
+        y = gemvz_emulate(z["stream"], z["eptr"], z["esc"], z["TL"], z["TH"], x, N, K, nw, s, ug)
         ref = x @ Wf.T
         err = float(np.max(np.abs(y - ref) / (np.abs(x) @ np.abs(Wf).T)))
         check(err < 1e-5, f"gemvz_emulate m={m} NW={nw} S={s} UG={ug}: fp32 result vs x @ W.T (float64), "
@@ -419,10 +426,10 @@ def part3():
     for k in [300] + zero_cols[:1]:
         x = np.zeros((1, K))
         x[0, k] = 1.0
-        y = gemvz_emulate(z["stream"], z["esc"], z["TL"], z["TH"], x, N, K, 2, 2, 2)[0]
-        y0 = gemvz_emulate(z["stream"], z["esc"], z["TL"], z["TH"], x, N, K, 2, 2, 2, corrections=False)[0]
+        y = gemvz_emulate(z["stream"], z["eptr"], z["esc"], z["TL"], z["TH"], x, N, K, 2, 2, 2)[0]
+        y0 = gemvz_emulate(z["stream"], z["eptr"], z["esc"], z["TL"], z["TH"], x, N, K, 2, 2, 2, corrections=False)[0]
         col = Wf[:, k]
-        rows = [r for r in range(N) if ((z["esc"][r, :, 0] == k) & (z["esc"][r, :, 1] != 0)).any()]
+        rows = [r for r in range(N) if k in z["esc"][z["eptr"][r]:z["eptr"][r + 1], 0]]
         print(f"  probe x = e_{k}: rows with an exception in column {k}: {rows}")
         for r in rows:
             print(f"    row {r}: W = {col[r]:+.6g}, with corrections y = {y[r]:+.6g}, "

@@ -133,6 +133,7 @@ def _assert_pack_z_matches(W):
     z = submission.pack_z(_bf16(W))
     y = lab3.pack_z_np(W)
     assert np.array_equal(z.stream.numpy(), y["stream"]), "stream bytes differ"
+    assert np.array_equal(z.eptr.numpy(), y["eptr"]), "exception row offsets differ"
     assert np.array_equal(z.esc.numpy(), y["esc"]), "exception side table differs"
     assert (z.capr, list(z.window), z.TL, z.TH, z.mode, z.n_exc, list(z.exc_cols)) == \
            (y["capr"], y["window"], y["TL"], y["TH"], y["mode"], y["n_exc"], y["exc_cols"])
@@ -141,7 +142,7 @@ def _assert_pack_z_matches(W):
 
 def _assert_round_trip(W, z):
     N, K = W.shape
-    back = lab3.restore_np(lab3.unpack_z_np(z["stream"], N, K, z["TL"], z["TH"]), z["esc"])
+    back = lab3.restore_np(lab3.unpack_z_np(z["stream"], N, K, z["TL"], z["TH"]), z["eptr"], z["esc"])
     assert np.array_equal(back, W), f"{int((back != W).sum())} weights differ after unpack + restore"
 
 
@@ -164,7 +165,7 @@ def test_pack_z_matches_lab3_on_random_bits():
     z = _assert_pack_z_matches(W)
     assert z["mode"] == "zero-class" and z["n_exc"] > W.size // 2
     N, K = W.shape
-    back = lab3.restore_np(lab3.unpack_z_np(z["stream"], N, K, z["TL"], z["TH"]), z["esc"])
+    back = lab3.restore_np(lab3.unpack_z_np(z["stream"], N, K, z["TL"], z["TH"]), z["eptr"], z["esc"])
     # bit for bit, except that a signalling NaN exception comes back as the quiet NaN fp32 v + c gives
     # (pack_z accepts any NaN == NaN); everything else, quiet NaNs included, is exact
     snan = ((W & 0x7F80) == 0x7F80) & ((W & 0x7F) != 0) & ((W & 0x40) == 0)
@@ -192,14 +193,14 @@ def test_stream_bit_flip_breaks_round_trip():
     W = _trained()
     z = lab3.pack_z_np(W)
     N, K = W.shape
-    is_exc = lambda r, k: bool(((z["esc"][r, :, 0] == k) & (z["esc"][r, :, 1] != 0)).any())
+    is_exc = lambda r, k: k in z["esc"][z["eptr"][r]:z["eptr"][r + 1], 0]
     # byte 0 of (rb 0, G 0) is A0 of lane 0: the low byte of fragment f0 element j0 = W[0, 0];
     # byte 1024 + 3, bit 7 is lane 0's code word of f0, bit 31: the sign of j3 = W[8, 1]
     for byte, bit, where, diff in ((0, 0, (0, 0), 0x0001), (1024 + 3, 7, (8, 1), 0x8000)):
         assert not is_exc(*where)
         s = z["stream"].copy()
         s[0, 0, byte] ^= np.uint8(1 << bit)
-        back = lab3.restore_np(lab3.unpack_z_np(s, N, K, z["TL"], z["TH"]), z["esc"])
+        back = lab3.restore_np(lab3.unpack_z_np(s, N, K, z["TL"], z["TH"]), z["eptr"], z["esc"])
         bad = np.argwhere(back != W)
         assert bad.tolist() == [list(where)], f"flip of stream byte {byte} bit {bit}: mismatches at {bad.tolist()}"
         assert int(back[where] ^ W[where]) == diff
@@ -213,9 +214,9 @@ def test_probe_row_on_exception_column_is_exact():
     assert 70 in z["exc_cols"]
     x = np.zeros((1, K))
     x[0, 70] = 1.0
-    y = lab3.gemvz_emulate(z["stream"], z["esc"], z["TL"], z["TH"], x, N, K, 2, 2, 1)[0]
+    y = lab3.gemvz_emulate(z["stream"], z["eptr"], z["esc"], z["TL"], z["TH"], x, N, K, 2, 2, 1)[0]
     assert np.array_equal(lab3.bf16_rne(y.astype(np.float32)), W[:, 70])
-    y0 = lab3.gemvz_emulate(z["stream"], z["esc"], z["TL"], z["TH"], x, N, K, 2, 2, 1, corrections=False)[0]
+    y0 = lab3.gemvz_emulate(z["stream"], z["eptr"], z["esc"], z["TL"], z["TH"], x, N, K, 2, 2, 1, corrections=False)[0]
     assert y0[5] != 0.75
 
 
@@ -290,3 +291,51 @@ def test_check_row_agrees_with_submission_fits():
                                 comp = submission.gemvz_fits(zcfg, l["N"], l["K"], m)
                                 got = lab0.check_row("compressed", l, m, dict(nw=nw, s=s, ug=u, r=r, pipe=1, cl=cl))
                                 assert (comp is None) == (got == []), (name, m, zcfg, comp, got)
+
+
+def test_side_table_is_csr_with_rows_in_k_order():
+    W = _trained()
+    W[7, ::37] = 0x3F40                                # one row with many exceptions (more than a chunk)
+    z = lab3.pack_z_np(W)
+    N, K = W.shape
+    eptr, esc = z["eptr"], z["esc"]
+    assert eptr.shape == (N + 1,) and eptr[0] == 0 and eptr[-1] == z["n_exc"] and (np.diff(eptr) >= 0).all()
+    assert np.diff(eptr).max() == z["capr"] and z["capr"] > 2 * lab3.exc_chunk(1)
+    for r in range(N):
+        ks = esc[eptr[r]:eptr[r + 1], 0]
+        assert (np.diff(ks) > 0).all() and ((ks >= 0) & (ks < K)).all()
+    sub = submission.pack_z(_bf16(W))
+    assert np.array_equal(sub.eptr.numpy(), eptr) and np.array_equal(sub.esc.numpy(), esc)
+    assert submission.side_table_bits(sub, N, K) == (64 * z["n_exc"] + 32 * (N + 1)) / W.size
+
+
+def test_side_table_under_0_05_bit_per_weight_on_trained_like_layers():
+    # rows of pooler / o_proj shape (K = 8192 / 2048): 64 bits per exception + 32 per row
+    for N, K in ((64, 8192), (256, 2048)):
+        W = lab3.trained_like_np(N, K, seed=11)
+        z = submission.pack_z(_bf16(W))
+        bits = submission.side_table_bits(z, N, K)
+        assert 0.02 < bits < 0.05, (N, K, bits)
+
+
+def test_exception_walk_in_chunks_across_split_k_slices():
+    # a row whose exceptions span every K slice (S = 4) and several chunks: the walk must skip the entries
+    # before klo, stop after khi, and still give W[:, k] exactly on a probe of any of them
+    N, K = 32, 1024
+    W = lab3.trained_like_np(N, K, seed=13)
+    cols = list(range(5, K, 61))                       # 17 exceptions in row 9, in all four slices of 256
+    W[9, cols] = np.resize(np.array([0x3F40, 0xC040, 0x4140], np.uint16), len(cols))   # 3 rare classes
+    z = lab3.pack_z_np(W)
+    assert z["eptr"][10] - z["eptr"][9] >= len(cols)
+    Wf = lab3.f32_of_bf16(W).astype(np.float64)
+    for m, nw, s, ug in ((1, 2, 4, 1), (12, 2, 4, 1), (32, 4, 2, 1)):
+        x = np.zeros((m, K))
+        for i in range(m):
+            x[i, cols[(3 * i) % len(cols)]] = 1.0     # one-hot rows on the exception columns
+        y = lab3.gemvz_emulate(z["stream"], z["eptr"], z["esc"], z["TL"], z["TH"], x, N, K, nw, s, ug)
+        assert np.array_equal(lab3.bf16_rne(y.astype(np.float32)), W[:, [cols[(3 * i) % len(cols)]
+                                                                          for i in range(m)]].T), (m, nw, s, ug)
+        x = lab3.f32_of_bf16(lab3.bf16_rne(np.random.default_rng(m).standard_normal((m, K)).astype(np.float32)))
+        y = lab3.gemvz_emulate(z["stream"], z["eptr"], z["esc"], z["TL"], z["TH"], x, N, K, nw, s, ug)
+        ref = x.astype(np.float64) @ Wf.T
+        assert np.max(np.abs(y - ref) / (np.abs(x) @ np.abs(Wf).T)) < 1e-5

@@ -5,7 +5,7 @@ import torch
 import judge
 import submission as S
 
-print(f"{'layer':<9} {'m':>2} {'capr':>4} {'with':>7} {'skipped':>8} {'cost':>6}")
+print(f"{'layer':<9} {'m':>2} {'capr':>4} {'with':>7} {'skipped':>8} {'cost':>6}  (capr: most exceptions in one row)")
 for name in ("qkv_gate", "o_proj", "pooler", "unpooler"):
     d = judge.LAYERS[name]
     w = judge.trained_like(d["N"], d["K"], 99, "cuda")
