@@ -35,7 +35,7 @@ for st in $stages; do
       python3 tune.py --backend triton --budget-s ${TTUNE_S:-$(( $(left) - 30 ))} ${TTUNE_ARGS:-} 2>&1 | tee "$R/tune_triton.log" | tail -40
       cp tables/ttable.json "$R/" ;;
     excost)
-      timeout $(( $(left) - 10 )) python3 tools/exception_cost.py 2>&1 | tee "$R/excost.log" ;;
+      PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/exception_cost.py 2>&1 | tee "$R/excost.log" ;;
     ncu)
       PYTHONPATH=. timeout $(( $(left) - 10 )) ncu -k regex:gemv --cache-control all --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats \
