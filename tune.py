@@ -3,6 +3,7 @@
     python tune.py                          # all 30 shapes (about 5 minutes on an H200, build included)
     python tune.py --layers router --m 1,2  # a subset; the other rows of the tables are kept
     python tune.py --no-write               # measure and print only
+    python tune.py --paths compressed       # one path only (the other path's rows are kept)
     python tune.py --pf 0,1 --pf-final 0   # L2 prefetch values for the screen / the finalists
     python tune.py --co-final -1,0,100      # shared memory carveouts tried on the finalists
     python tune.py --backend triton         # the Triton path's configs -> tables/ttable.json
@@ -54,9 +55,10 @@ RENAMED = ("gemv_dispatch", "gemvz_dispatch", "gemv_attrs", "gemvz_attrs", "unpa
 
 
 # ---- the candidate extension -----------------------------------------------------------------------
-def instances(nbs, duals):
-    """(kind, template args) of every candidate, minus those whose shared memory does not fit and the
-    obviously register-starved ones (the compiler's spill report prunes the rest at run time)."""
+def instances(nbs, duals, paths=("plain", "compressed")):
+    """(kind, template args) of every candidate of the paths, minus those whose shared memory does not fit and
+    the obviously register-starved ones (the compiler's spill report prunes the rest at run time). The router
+    (DUAL) is always plain."""
     out = []
     for nw in NWS:
         for nb in nbs:
@@ -65,11 +67,13 @@ def instances(nbs, duals):
                     pipelined = pipe in (1, 2)
                     for u in US:
                         for dual in duals:
+                            if not dual and "plain" not in paths:
+                                continue
                             frags = 8 * u * r * (2 if dual else 1) * (2 if pipelined else 1)
                             regs = frags + (4 * u * nb if pipelined else 4 * nb) + 4 * r * nb
                             if regs <= 200 and sub.smem_bytes(nw, nb, r, False) <= sub.SMEM_LIMIT:
                                 out.append(("gemv", (nw, u, nb, r, dual, pipe)))
-                    if False not in duals:
+                    if False not in duals or "compressed" not in paths:
                         continue
                     for ug in UGS:
                         frags = 12 * ug * r * (2 if pipelined else 1)
@@ -258,6 +262,7 @@ def main(argv=None):
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--budget-s", type=float, default=540, help="stop (tables saved) before this many seconds")
     ap.add_argument("--backend", choices=("cuda", "triton"), default="cuda")
+    ap.add_argument("--paths", default="plain,compressed", help="CUDA paths to tune: plain, compressed or both")
     ap.add_argument("--pf", default=",".join(map(str, PFS)), help="L2 prefetch values to screen (0, 1)")
     ap.add_argument("--pf-final", default=",".join(map(str, FINAL_PFS)), help="L2 prefetch values for the finalists")
     ap.add_argument("--co-final", default=",".join(map(str, FINAL_COS)),
@@ -267,6 +272,9 @@ def main(argv=None):
         print("[tune] needs a CUDA device (an H200); nothing to do here")
         return 1
     layers = [l for l in args.layers.split(",") if l]
+    paths = {p for p in args.paths.split(",") if p}
+    if not paths or not paths <= {"plain", "compressed"}:
+        ap.error(f"--paths {args.paths!r}: expected plain, compressed or both")
     ms = [int(v) for v in args.m.split(",") if v]
     pfs = tuple(int(v) for v in args.pf.split(",") if v)
     fpfs = tuple(int(v) for v in args.pf_final.split(",") if v)
@@ -280,7 +288,7 @@ def main(argv=None):
     t_start = time.time()
     duals = sorted({judge.LAYERS[l]["dtype"] == "fp32" for l in layers})
     nbs = sorted({sub.nb_of(m) for m in ms})
-    ext = build_tune_ext(instances(nbs, duals))
+    ext = build_tune_ext(instances(nbs, duals, paths))
     sub._EXT = ext
     dev = torch.cuda.get_device_name()
     date = datetime.date.today().isoformat()
@@ -305,12 +313,14 @@ def main(argv=None):
                 break
             x = judge.fresh_x(m, K, 3 + m, "cuda")
             t0 = time.time()
-            cp, sp = candidates(ext, N, K, m, dual, False, pfs)
-            rp = tune_shape(Ls, m, x, cp, args.screen, args.full, args.keep, log, fpfs, fcos)
-            crow[(name, m)] = row_of(name, m, rp, dev, date)
-            line = (f"plain {rp[0][1]} {rp[0][0]:.2f} us (next {rp[1][0]:.2f}; {len(cp)} cands, {sp} spilled; "
-                    f"{best_by(rp, 'pf')}; {best_by(rp, 'co')}; {best_by(rp, 'pipe')})")
-            if not dual:
+            line = ""
+            if "plain" in paths or dual:
+                cp, sp = candidates(ext, N, K, m, dual, False, pfs)
+                rp = tune_shape(Ls, m, x, cp, args.screen, args.full, args.keep, log, fpfs, fcos)
+                crow[(name, m)] = row_of(name, m, rp, dev, date)
+                line = (f"plain {rp[0][1]} {rp[0][0]:.2f} us (next {rp[1][0]:.2f}; {len(cp)} cands, {sp} spilled; "
+                        f"{best_by(rp, 'pf')}; {best_by(rp, 'co')}; {best_by(rp, 'pipe')})")
+            if not dual and "compressed" in paths:
                 cz, sz = candidates(ext, N, K, m, dual, True, pfs)
                 rz = tune_shape(Ls, m, x, cz, args.screen, args.full, args.keep, log, fpfs, fcos)
                 zrow[(name, m)] = row_of(name, m, rz, dev, date)
