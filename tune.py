@@ -42,7 +42,7 @@ US = (1, 2, 4)
 UGS = (1, 2, 4)
 RS = (1, 2, 4)
 PIPES = (0, 1, 2, 3)
-ZPIPES = (0, 1, 2, 3, 4, 5)   # gemvz 4/5: 1/2 with no weight load before pdl_wait
+ZPIPES = (0, 1, 2, 3, 4, 5)   # gemvz 4/5: 1/2 with two batches issued before pdl_wait
 # L2 prefetch of the warp's slice (pf = 1): not in the screen, tried on the finalists (it won only router shapes,
 # whose slice is one batch). --pf / --pf-final override.
 PFS = (0,)
