@@ -431,7 +431,7 @@ __device__ __forceinline__ void store_tile(void* __restrict__ out, float4 v, int
   }
 }
 
-#define MIN_BLOCKS(PIPE) ((PIPE) == 2 || (PIPE) == 5 ? 2 : (PIPE) == 3 ? 1 : 0)
+#define MIN_BLOCKS(PIPE) ((PIPE) == 2 ? 2 : (PIPE) == 3 ? 1 : 0)
 
 // ---- gemv_kernel: the plain BF16 tensor-core GEMV -------------------------------------------------
 // Contract: x bf16 [M, K] row-major, 16-byte aligned; w (and w2, the router's lo half) bf16 [N, K]
@@ -562,8 +562,7 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
 //
 //   warps 0..NW-1 stream: per 64-wide group and row block, a lane loads A0, A1, B (48 B) and decodes 4
 //     fragments: f0 = decz(A0.x, A0.y, B.x), f1 = (A0.z, A0.w, B.y) -> K block 2G, steps 0/1; f2, f3 from
-//     A1 -> block 2G+1. Grid, R, PIPE 0..3 and pf as gemv_kernel; PIPE 4/5 are PIPE 1/2 with the first two
-//     batches issued before pdl_wait (twice the weight bytes in flight while the previous kernel finishes).
+//     A1 -> block 2G+1. Grid, R, PIPE and pf as gemv_kernel.
 //   warp NW (the exception warp): lane -> row r = lane & 15 of each of the R blocks, tokens p, p+2, ...
 //     (p = lane >> 4); adds correction x x[token][k] for its rows' exceptions in [klo, khi), in k order,
 //     into smem ecorr; one barrier; the corrections are added after the warps' reduction, before split-K.
@@ -578,7 +577,7 @@ __global__ void __launch_bounds__((NW + 1) * 32, MIN_BLOCKS(PIPE))
 gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int* __restrict__ eptr,
              const int2* __restrict__ esc, bf16* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem,
              int M, int N, int K, int S, uint32_t TL, uint32_t TH, int dbg, int pf, int cl) {
-  static_assert(PIPE >= 0 && PIPE <= 5, "PIPE is 0..5");
+  static_assert(PIPE >= 0 && PIPE <= 3, "PIPE is 0..3");
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   constexpr int EC = NB == 4 ? 2 : 4;  // exception chunk: EC entries x NB*4 tokens of x in flight per lane
   extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
@@ -647,11 +646,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       for (int r = 0; r < R; r++) prefetch_l2(wp + r * rstride, (uint32_t)KGW * 1536u);
     }
     uint4 z[UG][R][3];
-    [[maybe_unused]] uint4 nz[UG][R][3];  // PIPE 4/5: the next batch, issued before pdl_wait too
     load_zbatch<UG, R>(z, wp, rstride, 0);
-    if constexpr (PIPE >= 4) {
-      if (UG < KGW) load_zbatch<UG, R>(nz, wp, rstride, UG);
-    }
     pdl_wait();
 
     const bf16* xr[NB];
@@ -678,27 +673,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
           for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, TL, TH);
         }
       }
-    } else if constexpr (PIPE >= 4) {
-      // two batches in flight from the start (z, nz): batch i + 2 is issued once batch i is consumed
-      for (int i = 0; i < KGW; i += UG) {
-        uint4 xa[UG][NB], xb[UG][NB];
-#pragma unroll
-        for (int u = 0; u < UG; u++)
-#pragma unroll
-          for (int nb = 0; nb < NB; nb++) {
-            xa[u][nb] = ld_x(xr[nb] + (i + u) * 64);
-            xb[u][nb] = ld_x(xr[nb] + (i + u) * 64 + 32);
-          }
-#pragma unroll
-        for (int u = 0; u < UG; u++)
-#pragma unroll
-          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], TL, TH);
-#pragma unroll
-        for (int u = 0; u < UG; u++)
-#pragma unroll
-          for (int r = 0; r < R; r++) { z[u][r][0] = nz[u][r][0]; z[u][r][1] = nz[u][r][1]; z[u][r][2] = nz[u][r][2]; }
-        if (i + 2 * UG < KGW) load_zbatch<UG, R>(nz, wp, rstride, i + 2 * UG);
-      }
     } else {
       for (int i = 0; i < KGW; i += UG) {
         uint4 xa[UG][NB], xb[UG][NB];
@@ -709,6 +683,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
             xa[u][nb] = ld_x(xr[nb] + (i + u) * 64);
             xb[u][nb] = ld_x(xr[nb] + (i + u) * 64 + 32);
           }
+        uint4 nz[UG][R][3];
         if (i + UG < KGW) load_zbatch<UG, R>(nz, wp, rstride, i + UG);
 #pragma unroll
         for (int u = 0; u < UG; u++)
@@ -1526,8 +1501,6 @@ def _split_fits(cfg, smem):
 def gemv_fits(cfg, N, K, m):
     """Why a plain config cannot run this shape, or None if it can."""
     nb, KB = nb_of(m), K // 32
-    if cfg.pipe not in (0, 1, 2, 3):
-        return f"PIPE={cfg.pipe!r}: gemv_kernel takes 0..3"
     if N % (16 * cfg.r) or K % 32:
         return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 32"
     if KB % (cfg.s * cfg.nw * cfg.u):
@@ -1538,8 +1511,6 @@ def gemv_fits(cfg, N, K, m):
 def gemvz_fits(cfg, N, K, m):
     """Why a compressed config cannot run this shape, or None if it can."""
     nb, KG = nb_of(m), K // 64
-    if cfg.pipe not in (0, 1, 2, 3, 4, 5):
-        return f"PIPE={cfg.pipe!r}: gemvz_kernel takes 0..5 (4/5: 1/2 with two batches before pdl_wait)"
     if N % (16 * cfg.r) or K % 64:
         return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 64"
     if KG % (cfg.s * cfg.nw * cfg.ug):

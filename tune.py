@@ -10,7 +10,7 @@
     python build.py                         # then regenerate submission.py from the tables
 
 How: one extension holds every candidate instantiation (plain NW in {4, 8, 16} x U in {1, 2, 4, 8} x
-PIPE 0..3; compressed NW in {4, 8, 16} x UG in {1, 2, 4} x PIPE 0..5; for the NB and DUAL the selected
+PIPE 0..3; compressed NW in {4, 8, 16} x UG in {1, 2, 4} x PIPE 0..3; for the NB and DUAL the selected
 shapes need), compiled from submission.KERNEL_SRC split over several .cu files so ninja builds them on all
 cores. Candidates that spill (local memory > 0, as the compiler reports) are dropped. Each candidate, with
 every S that divides K and each screen pf (--pf), is screened with a light replay count of SPEC's timing (P
@@ -42,7 +42,6 @@ US = (1, 2, 4)
 UGS = (1, 2, 4)
 RS = (1, 2, 4)
 PIPES = (0, 1, 2, 3)
-ZPIPES = (0, 1, 2, 3, 4, 5)   # gemvz 4/5: 1/2 with two batches issued before pdl_wait
 # L2 prefetch of the warp's slice (pf = 1): not in the screen, tried on the finalists (it won only router shapes,
 # whose slice is one batch). --pf / --pf-final override.
 PFS = (0,)
@@ -64,9 +63,9 @@ def instances(nbs, duals, paths=("plain", "compressed")):
     for nw in NWS:
         for nb in nbs:
             for r in RS:
-                for pipe in ZPIPES:
-                    pipelined = pipe in (1, 2, 4, 5)
-                    for u in (US if pipe in PIPES else ()):
+                for pipe in PIPES:
+                    pipelined = pipe in (1, 2)
+                    for u in US:
                         for dual in duals:
                             if not dual and "plain" not in paths:
                                 continue
@@ -183,7 +182,7 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS):
             for r in RS:
                 if N % (16 * r):
                     continue
-                for pipe in (ZPIPES if compressed else PIPES):
+                for pipe in PIPES:
                     a = ext.gemvz_attrs(nw, u, nb, r, pipe) if compressed else ext.gemv_attrs(nw, u, nb, r, dual, pipe)
                     if not a:
                         continue
