@@ -7,7 +7,7 @@
 
 Two kernel families, chosen per (layer, m) from the tuned tables below:
   * gemv_kernel  - plain BF16 tensor-core GEMV over fragment-ordered weights; DUAL=true is the router's
-                   fp32 path (hi + lo bf16 halves into the same fp32 accumulators, fp32 output).
+                   fp32 path (hi + lo bf16 halves into fp32 accumulators, fp32 output).
   * gemvz_kernel - the same GEMV over a lossless 12-bit format (25% fewer bytes) with one extra warp that
                    applies the exact corrections of the rare out-of-window weights.
 Both split K over S CTAs inside one launch (semaphore + fixed-order sum) and use programmatic dependent
@@ -487,11 +487,17 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
   const bf16* xr[NB];
 #pragma unroll
   for (int nb = 0; nb < NB; nb++) xr[nb] = x + (size_t)min(nb * 8 + g, M - 1) * K + kb0 * 32 + t * 8;
-  float acc[R][NB][4];
+  // DUAL with NB <= 2: hi and lo accumulate into separate fp32 accumulators (half the dependent mma chain),
+  // summed once at the end (a one-hot probe still returns fl32(hi + lo)); NB = 4 has 4 independent chains
+  // already, and the second set would spill the router's m=32 config
+  constexpr int NA = DUAL && NB <= 2 ? 2 : 1;
+  float acc[NA][R][NB][4];
 #pragma unroll
-  for (int r = 0; r < R; r++)
+  for (int h = 0; h < NA; h++)
 #pragma unroll
-    for (int nb = 0; nb < NB; nb++) acc[r][nb][0] = acc[r][nb][1] = acc[r][nb][2] = acc[r][nb][3] = 0.f;
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int nb = 0; nb < NB; nb++) acc[h][r][nb][0] = acc[h][r][nb][1] = acc[h][r][nb][2] = acc[h][r][nb][3] = 0.f;
 
   if constexpr (PIPE == 0 || PIPE == 3) {
     for (int i = 0; i < KBW; i += U) {
@@ -505,8 +511,8 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
           for (int r = 0; r < R; r++)
 #pragma unroll
             for (int h = 0; h < NH; h++) {
-              mma16816(acc[r][nb], a[h][u][r][0], xv.x, xv.y);
-              mma16816(acc[r][nb], a[h][u][r][1], xv.z, xv.w);
+              mma16816(acc[h % NA][r][nb], a[h][u][r][0], xv.x, xv.y);
+              mma16816(acc[h % NA][r][nb], a[h][u][r][1], xv.z, xv.w);
             }
         }
       }
@@ -528,8 +534,8 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
           for (int r = 0; r < R; r++)
 #pragma unroll
             for (int h = 0; h < NH; h++) {
-              mma16816(acc[r][nb], a[h][u][r][0], xv[u][nb].x, xv[u][nb].y);
-              mma16816(acc[r][nb], a[h][u][r][1], xv[u][nb].z, xv[u][nb].w);
+              mma16816(acc[h % NA][r][nb], a[h][u][r][0], xv[u][nb].x, xv[u][nb].y);
+              mma16816(acc[h % NA][r][nb], a[h][u][r][1], xv[u][nb].z, xv[u][nb].w);
             }
 #pragma unroll
       for (int h = 0; h < NH; h++)
@@ -544,8 +550,13 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
 #pragma unroll
   for (int r = 0; r < R; r++)
 #pragma unroll
-    for (int nb = 0; nb < NB; nb++)
-      red[warp][(r * NB + nb) * 32 + lane] = make_float4(acc[r][nb][0], acc[r][nb][1], acc[r][nb][2], acc[r][nb][3]);
+    for (int nb = 0; nb < NB; nb++) {
+      float4 v = make_float4(acc[0][r][nb][0], acc[0][r][nb][1], acc[0][r][nb][2], acc[0][r][nb][3]);
+      if constexpr (NA == 2) {
+        v.x += acc[1][r][nb][0]; v.y += acc[1][r][nb][1]; v.z += acc[1][r][nb][2]; v.w += acc[1][r][nb][3];
+      }
+      red[warp][(r * NB + nb) * 32 + lane] = v;
+    }
   __syncthreads();
   float4 res[J];
   sum_warps<NW, P, NT, J>(res, red);

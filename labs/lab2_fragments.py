@@ -193,7 +193,7 @@ def gemv_emulate(packed, x, N, K, nw, s, u, packed_lo=None, r=1):
                 kb0 = sidx * KBS + warp * KBW
                 wps = [((rg * R + rr) * KB + kb0) * 64 + LANES for rr in range(R)]   # per-lane unit pointers
                 xr = [np.minimum(nb * 8 + g, M - 1) * K + kb0 * 32 + t * 8 for nb in range(NB)]
-                acc = np.zeros((R, NB, 32, 4))
+                acc = np.zeros((2, R, NB, 32, 4))   # DUAL, NB <= 2: hi into acc[0], lo into acc[1]
                 for i in range(0, KBW, U):
                     a = [load_wbatch(units, units2, wp, i, U) for wp in wps]
                     for uu in range(U):
@@ -201,11 +201,12 @@ def gemv_emulate(packed, x, N, K, nw, s, u, packed_lo=None, r=1):
                             xv = ld_x(xflat, xr[nb] + (i + uu) * 32)            # once, for all R blocks
                             for rr in range(R):
                                 for h in range(len(a[rr])):
-                                    acc[rr, nb] = mma16816(acc[rr, nb], a[rr][h][uu][0], xv[:, 0:2], xv[:, 2:4])
-                                    acc[rr, nb] = mma16816(acc[rr, nb], a[rr][h][uu][1], xv[:, 4:6], xv[:, 6:8])
+                                    ha = h if NB <= 2 else 0
+                                    acc[ha, rr, nb] = mma16816(acc[ha, rr, nb], a[rr][h][uu][0], xv[:, 0:2], xv[:, 2:4])
+                                    acc[ha, rr, nb] = mma16816(acc[ha, rr, nb], a[rr][h][uu][1], xv[:, 4:6], xv[:, 6:8])
                 for rr in range(R):
-                    for nb in range(NB):
-                        red[warp, rr, nb * 32:(nb + 1) * 32] = acc[rr, nb]
+                    for nb in range(NB):                        # hi + lo once, before the warp reduction
+                        red[warp, rr, nb * 32:(nb + 1) * 32] = acc[0, rr, nb] + acc[1, rr, nb]
             res = np.zeros((R, NB * 32, 4))                     # the positions p = (r*NB + nb)*32 + lane
             for wi in range(NW):
                 res += red[wi]
@@ -283,13 +284,13 @@ def part2(rng):
     rel = float(np.max(np.abs(y - ref) / scale))
     check(rel < 1e-12, f"gemv_emulate, random bf16 W and float64 x: "
                        f"max |y - x @ W.T| / (|x| @ |W|.T) = {rel:.1e} < 1e-12")
-    # the router's DUAL path: hi and lo halves into the same accumulators
+    # the router's DUAL path: hi and lo halves into their own accumulators, summed before the warp reduction
     hi = f64_to_bf16(rng.integers(-4, 5, (N, K)))
     lo = f64_to_bf16(rng.integers(-4, 5, (N, K)) / 256.0)
     x = f64_to_bf16(rng.integers(-3, 4, (2, K)))
     y = gemv_emulate(pack_plain_np(hi), x, N, K, 4, 2, 2, packed_lo=pack_plain_np(lo))
     ref = bf16_to_f64(x) @ (bf16_to_f64(hi) + bf16_to_f64(lo)).T
-    check(np.array_equal(y, ref), "DUAL (router): x.hi + x.lo through the same accumulators == x @ (hi + lo).T exactly")
+    check(np.array_equal(y, ref), "DUAL (router): x.hi + x.lo (separate accumulators, summed once) == x @ (hi + lo).T exactly")
 
 
 def main():
