@@ -487,10 +487,11 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
   const bf16* xr[NB];
 #pragma unroll
   for (int nb = 0; nb < NB; nb++) xr[nb] = x + (size_t)min(nb * 8 + g, M - 1) * K + kb0 * 32 + t * 8;
-  // DUAL with NB <= 2: hi and lo accumulate into separate fp32 accumulators (half the dependent mma chain),
-  // summed once at the end (a one-hot probe still returns fl32(hi + lo)); NB = 4 has 4 independent chains
-  // already, and the second set would spill the router's m=32 config
-  constexpr int NA = DUAL && NB <= 2 ? 2 : 1;
+  // DUAL with NB = 1: hi and lo accumulate into separate fp32 accumulators (half the dependent mma chain),
+  // summed once at the end (a one-hot probe still returns fl32(hi + lo)). Measured (judge.py, 2026-11-30):
+  // router m=8 3.46 -> 3.21 us; at NB = 2 the m=16 config went 3.40 -> 4.07 (116 -> 128 registers), and at
+  // NB = 4 the second set spills the m=32 config: one set there
+  constexpr int NA = DUAL && NB == 1 ? 2 : 1;
   float acc[NA][R][NB][4];
 #pragma unroll
   for (int h = 0; h < NA; h++)

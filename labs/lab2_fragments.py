@@ -193,7 +193,7 @@ def gemv_emulate(packed, x, N, K, nw, s, u, packed_lo=None, r=1):
                 kb0 = sidx * KBS + warp * KBW
                 wps = [((rg * R + rr) * KB + kb0) * 64 + LANES for rr in range(R)]   # per-lane unit pointers
                 xr = [np.minimum(nb * 8 + g, M - 1) * K + kb0 * 32 + t * 8 for nb in range(NB)]
-                acc = np.zeros((2, R, NB, 32, 4))   # DUAL, NB <= 2: hi into acc[0], lo into acc[1]
+                acc = np.zeros((2, R, NB, 32, 4))   # DUAL, NB = 1: hi into acc[0], lo into acc[1]
                 for i in range(0, KBW, U):
                     a = [load_wbatch(units, units2, wp, i, U) for wp in wps]
                     for uu in range(U):
@@ -201,7 +201,7 @@ def gemv_emulate(packed, x, N, K, nw, s, u, packed_lo=None, r=1):
                             xv = ld_x(xflat, xr[nb] + (i + uu) * 32)            # once, for all R blocks
                             for rr in range(R):
                                 for h in range(len(a[rr])):
-                                    ha = h if NB <= 2 else 0
+                                    ha = h if NB == 1 else 0
                                     acc[ha, rr, nb] = mma16816(acc[ha, rr, nb], a[rr][h][uu][0], xv[:, 0:2], xv[:, 2:4])
                                     acc[ha, rr, nb] = mma16816(acc[ha, rr, nb], a[rr][h][uu][1], xv[:, 4:6], xv[:, 6:8])
                 for rr in range(R):
