@@ -373,3 +373,49 @@ def test_tune_finalists_of_the_triton_sweep_have_no_pf(monkeypatch):
     ranked = tune.tune_shape([], 1, None, cands, 3, 25, 2, lambda s: None)
     assert ranked[0][1] == S.TritonConfig(64, 128, 8, 4, 3, "ticket", 0)
     assert len(ranked) == 2 * 2 + 1
+
+
+def test_carveout_is_minus_1_or_a_percentage_and_defaults_to_the_drivers_choice():
+    c = S.GemvConfig(8, 1, 2, 1, 2, 0)
+    assert c.co == -1 and S.GemvzConfig(8, 1, 2, 1, 2, 0).co == -1
+    assert S.gemv_fits(c._replace(co=0), 4096, 8192, 1) is None and S.gemv_fits(c._replace(co=100), 4096, 8192, 1) is None
+    assert "co=101" in S.gemv_fits(c._replace(co=101), 4096, 8192, 1)
+    assert "co=-2" in S.gemvz_fits(S.GemvzConfig(8, 1, 2, 1, 2, 0, co=-2), 4096, 8192, 1)
+    assert "co='50'" in S.gemv_fits(c._replace(co="50"), 4096, 8192, 1)
+
+
+def test_table_literal_writes_the_carveout_only_when_a_row_sets_one():
+    rows = [{"layer": "x", "m": 1, "config": {"nw": 4, "s": 1, "u": 1, "pipe": 2, "co": -1}, "us": 1.0},
+            {"layer": "x", "m": 2, "config": {"nw": 4, "s": 1, "u": 1, "pipe": 2}, "us": 1.0},
+            {"layer": "x", "m": 4, "config": {"nw": 4, "s": 1, "u": 1, "pipe": 2, "co": 50}, "us": 1.0}]
+    fields = ("nw", "s", "u", "r", "pipe", "pf", "pdl", "cl", "co")
+    lines = build.table_literal("T", "GemvConfig", fields, rows).splitlines()[1:-1]
+    assert "co=" not in lines[0] and "co=" not in lines[1] and "cl=0, co=50)" in lines[2]
+    ns = {"GemvConfig": S.GemvConfig}
+    t = eval(build.table_literal("T", "GemvConfig", fields, rows)[4:], ns)
+    assert [c.co for c in t.values()] == [-1, -1, 50]
+
+
+def test_tune_tries_each_final_carveout_on_each_finalist(monkeypatch):
+    import tune
+    cands = [S.GemvConfig(8, 1, 2, 1, 2, 0, 1, 0), S.GemvConfig(4, 1, 1, 1, 0, 0, 1, 0)]
+    timed = []
+
+    def fake_time(Ls, m, cfg, x, replays):     # carveout 100 is faster
+        timed.append((cfg, replays))
+        return 10.0 - (cfg.co == 100) * 0.2 + cfg.nw * 0.01
+
+    monkeypatch.setattr(tune, "time_config", fake_time)
+    ranked = tune.tune_shape([], 1, None, cands, 3, 25, 1, lambda s: None, (), (-1, 100))
+    assert ranked[0][1] == S.GemvConfig(4, 1, 1, 1, 0, 0, 1, 0, 100)
+    finals = [c for c, rep in timed if rep == 25]
+    assert sorted((c.co, c.pdl) for c in finals) == [(-1, 0), (-1, 1), (100, 0), (100, 1)]
+
+
+def test_tune_paths_compiles_only_the_asked_path():
+    import tune
+    z = tune.instances([1], [False], ("compressed",))
+    p = tune.instances([1], [False], ("plain",))
+    assert z and all(k == "gemvz" for k, _ in z) and p and all(k == "gemv" for k, _ in p)
+    d = tune.instances([1], [True], ("compressed",))                  # the router: DUAL, always plain
+    assert d and all(k == "gemv" and a[4] for k, a in d)
