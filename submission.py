@@ -433,6 +433,56 @@ __device__ __forceinline__ void store_tile(void* __restrict__ out, float4 v, int
 
 #define MIN_BLOCKS(PIPE) ((PIPE) == 2 ? 2 : (PIPE) == 3 ? 1 : 0)
 
+// ---- MUSE_TRACE (tools/trace_chain.py only; the shipped build never defines it) ------------------
+// Thread 0 of every CTA records when it starts, passes pdl_wait, has its partials in shared memory, passes the
+// CTA barrier, is through the split-K combine, and is done (%globaltimer at 3 points, clock64 at all 6), with
+// the CTA's coordinates, SM, whether it stored, and the low 32 bits of the weight pointer (which layer copy).
+#ifdef MUSE_TRACE
+#define MUSE_TRACE_SLOTS 32768
+__device__ unsigned long long muse_trace_buf[MUSE_TRACE_SLOTS][12];
+__device__ unsigned int muse_trace_n;
+struct MuseTrace { unsigned long long g[3], c[6]; };
+__device__ __forceinline__ unsigned long long muse_gtimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void muse_trace_flush(const MuseTrace& tr, const void* key, bool stored) {
+  unsigned sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  const unsigned id = atomicAdd(&muse_trace_n, 1u);
+  if (id >= MUSE_TRACE_SLOTS) return;
+  unsigned long long* o = muse_trace_buf[id];
+  for (int i = 0; i < 3; i++) o[i] = tr.g[i];
+  for (int i = 0; i < 6; i++) o[3 + i] = tr.c[i];
+  o[9] = blockIdx.x | ((unsigned long long)blockIdx.y << 16) | ((unsigned long long)sm << 32) |
+         ((unsigned long long)stored << 48);
+  o[10] = (unsigned long long)(size_t)key & 0xFFFFFFFFull;
+  o[11] = 0;
+}
+// copies the recorded slots (at most max_slots) to host, resets the count; returns the count (-1: CUDA error)
+int muse_trace_fetch(unsigned long long* host, int max_slots) {
+  unsigned n = 0;
+  if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(&n, muse_trace_n, sizeof(n)) != cudaSuccess)
+    return -1;
+  size_t k = n < (unsigned)max_slots ? n : (unsigned)max_slots;
+  if (k > MUSE_TRACE_SLOTS) k = MUSE_TRACE_SLOTS;
+  if (k && cudaMemcpyFromSymbol(host, muse_trace_buf, k * 12 * sizeof(unsigned long long)) != cudaSuccess) return -1;
+  const unsigned zero = 0;
+  if (cudaMemcpyToSymbol(muse_trace_n, &zero, sizeof(zero)) != cudaSuccess) return -1;
+  return (int)n;
+}
+#define TR_DECL MuseTrace tr_;
+#define TR_G(i) if (threadIdx.x == 0) tr_.g[i] = muse_gtimer();
+#define TR_C(i) if (threadIdx.x == 0) tr_.c[i] = clock64();
+#define TR_FLUSH(key, stored) if (threadIdx.x == 0) muse_trace_flush(tr_, key, stored);
+#else
+#define TR_DECL
+#define TR_G(i)
+#define TR_C(i)
+#define TR_FLUSH(key, stored)
+#endif
+
 // ---- gemv_kernel: the plain BF16 tensor-core GEMV -------------------------------------------------
 // Contract: x bf16 [M, K] row-major, 16-byte aligned; w (and w2, the router's lo half) bf16 [N, K]
 // repacked by pack_plain into fragment order: [N/16][K/32][2 steps][32 lanes][8 bf16]; out [M, N],
@@ -462,6 +512,8 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
   constexpr int NH = DUAL ? 2 : 1;
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
+  TR_DECL
+  TR_G(0) TR_C(0)
   pdl_trigger();
   if (cl) cluster_arrive_relaxed();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -483,6 +535,7 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
   uint4 a[NH][U][R][2];
   load_wbatch<U, NH, R>(a, wp, wp2, rstride, 0);
   pdl_wait();
+  TR_G(1) TR_C(1)
 
   const bf16* xr[NB];
 #pragma unroll
@@ -558,13 +611,21 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
       }
       red[warp][(r * NB + nb) * 32 + lane] = v;
     }
+  TR_C(2)
   __syncthreads();
+  TR_C(3)
   float4 res[J];
   sum_warps<NW, P, NT, J>(res, red);
-  if (cl ? !cluster_combine<J, P, NT>(res, cbuf, S) : !splitk_combine<J, P, NT>(res, ws, sem, rg, sidx, S)) return;
+  const bool store = cl ? cluster_combine<J, P, NT>(res, cbuf, S) : splitk_combine<J, P, NT>(res, ws, sem, rg, sidx, S);
+  TR_C(4)
+  if (!store) {
+    TR_G(2) TR_C(5) TR_FLUSH(w, false)
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < J; j++)
     if (tid + j * NT < P) store_tile<DUAL, NB, R>(out, res[j], tid + j * NT, rg, M, N);
+  TR_G(2) TR_C(5) TR_FLUSH(w, true)
 }
 
 // ---- gemvz_kernel: the compressed GEMV with its exception warp ------------------------------------
@@ -593,6 +654,8 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   constexpr int EC = NB == 4 ? 2 : 4;  // exception chunk: EC entries x NB*4 tokens of x in flight per lane
   extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
+  TR_DECL
+  TR_G(0) TR_C(0)
   pdl_trigger();
   if (cl) cluster_arrive_relaxed();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -660,6 +723,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
     uint4 z[UG][R][3];
     load_zbatch<UG, R>(z, wp, rstride, 0);
     pdl_wait();
+    TR_G(1) TR_C(1)
 
     const bf16* xr[NB];
 #pragma unroll
@@ -712,8 +776,10 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #pragma unroll
       for (int nb = 0; nb < NB; nb++)
         red[warp][(r * NB + nb) * 32 + lane] = make_float4(acc[r][nb][0], acc[r][nb][1], acc[r][nb][2], acc[r][nb][3]);
+    TR_C(2)
   }
   __syncthreads();  // red and ecorr are both complete after this one barrier
+  TR_C(3)
 
   float4 res[J];  // threads of the exception warp (tid >= NT) hold no position
   sum_warps<NW, P, NT, J>(res, red);
@@ -728,10 +794,16 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       res[j].w += ecorr[r * 16 + pg + 8][nbo * 8 + 2 * pt + 1];
     }
   }
-  if (cl ? !cluster_combine<J, P, NT>(res, cbuf, S) : !splitk_combine<J, P, NT>(res, ws, sem, rg, sidx, S)) return;
+  const bool store = cl ? cluster_combine<J, P, NT>(res, cbuf, S) : splitk_combine<J, P, NT>(res, ws, sem, rg, sidx, S);
+  TR_C(4)
+  if (!store) {
+    TR_G(2) TR_C(5) TR_FLUSH(w, false)
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < J; j++)
     if (tid < NT && tid + j * NT < P) store_tile<false, NB, R>(out, res[j], tid + j * NT, rg, M, N);
+  TR_G(2) TR_C(5) TR_FLUSH(w, true)
 }
 
 // ---- unpackz_kernel: decode the whole 12-bit stream back to bf16 [N, K] ---------------------------
@@ -1020,8 +1092,9 @@ def _source_hash():
     return h[:12]
 
 
-def build_extension(kernel_src=KERNEL_SRC, name=None, verbose=False):
-    """Compile KERNEL_SRC + BIND_SRC with load_inline; returns the module. Prints progress on a cold build."""
+def build_extension(kernel_src=KERNEL_SRC, name=None, verbose=False, bind_src=BIND_SRC):
+    """Compile KERNEL_SRC + BIND_SRC with load_inline; returns the module. Prints progress on a cold build.
+    (tools/trace_chain.py passes its own sources: the MUSE_TRACE build.)"""
     from torch.utils import cpp_extension
     from torch.utils.cpp_extension import load_inline, get_default_build_root
     name = name or "muse_gemv_" + _source_hash()
@@ -1034,7 +1107,7 @@ def build_extension(kernel_src=KERNEL_SRC, name=None, verbose=False):
     if not cached:
         print(f"[muse] compiling CUDA extension {name} (first import: about a minute; cached afterwards in "
               f"{bdir})", file=sys.stderr, flush=True)
-    mod = load_inline(name=name, cpp_sources=[BIND_SRC], cuda_sources=[kernel_src], extra_cuda_cflags=NVCC_FLAGS,
+    mod = load_inline(name=name, cpp_sources=[bind_src], cuda_sources=[kernel_src], extra_cuda_cflags=NVCC_FLAGS,
                       extra_cflags=["-O2"], verbose=verbose)
     if not cached:
         print(f"[muse] compiled in {time.time() - t0:.1f} s", file=sys.stderr, flush=True)

@@ -53,3 +53,13 @@ def test_no_instantiation_spills_registers(ptxas_report):
 
 def test_kernel_source_has_no_torch_headers():
     assert "torch/" not in submission.KERNEL_SRC and "ATen" not in submission.KERNEL_SRC
+
+
+@needs_nvcc
+def test_trace_build_compiles(tmp_path):
+    # tools/trace_chain.py's MUSE_TRACE build (hooks in both kernels) must compile too
+    src = tmp_path / "traced.cu"
+    src.write_text("#define MUSE_TRACE\n" + submission.KERNEL_SRC)
+    r = subprocess.run([NVCC, *submission.NVCC_FLAGS, "-c", str(src), "-o", str(tmp_path / "t.o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]

@@ -419,3 +419,20 @@ def test_tune_paths_compiles_only_the_asked_path():
     assert z and all(k == "gemvz" for k, _ in z) and p and all(k == "gemv" for k, _ in p)
     d = tune.instances([1], [True], ("compressed",))                  # the router: DUAL, always plain
     assert d and all(k == "gemv" and a[4] for k, a in d)
+
+
+def test_trace_chain_sources_and_analysis():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+    import trace_chain as T
+    src, bind = T.traced_sources()
+    assert src.startswith("#define MUSE_TRACE\n") and bind.count('m.def("trace_read"') == 1
+    rows = []
+    for i in range(3):                      # launch i: released 500 ns after launch i-1's last CTA ended
+        for c in range(2):
+            g0, g1, g2 = 3000 * i - 1000, 3000 * i + 500 + 10 * c, 3000 * (i + 1) - 100 * c
+            c1 = 2 * g1
+            rows.append([g0, g1, g2, 2 * g0, c1, c1 + 1000, c1 + 1100, c1 + 1400, 2 * g2, c | ((c == 0) << 48),
+                         1000 + i, 0])
+    a = T.analyse(torch.tensor(rows), {1000: 0, 1001: 1, 1002: 2})
+    assert (a["launches"], a["period"], a["gap"], a["crit"], a["early"]) == (3, 3000, 500, 2500, 1500)
+    assert (a["loop"], a["barrier"], a["combine_store"], a["ns_per_cycle"]) == (500, 50, 150, 0.5)
