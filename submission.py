@@ -436,7 +436,7 @@ __device__ __forceinline__ void store_tile(void* __restrict__ out, float4 v, int
 // ---- MUSE_TRACE (tools/trace_chain.py only; the shipped build never defines it) ------------------
 // Thread 0 of every CTA records when it starts, passes pdl_wait, has its partials in shared memory, passes the
 // CTA barrier, is through the split-K combine, and is done (%globaltimer at 3 points, clock64 at all 6), with
-// the CTA's coordinates, SM, whether it stored, and the low 32 bits of the weight pointer (which layer copy).
+// the CTA's coordinates, SM, whether it stored, and the weight pointer (which layer copy).
 #ifdef MUSE_TRACE
 #define MUSE_TRACE_SLOTS 32768
 __device__ unsigned long long muse_trace_buf[MUSE_TRACE_SLOTS][12];
@@ -457,7 +457,7 @@ __device__ __forceinline__ void muse_trace_flush(const MuseTrace& tr, const void
   for (int i = 0; i < 6; i++) o[3 + i] = tr.c[i];
   o[9] = blockIdx.x | ((unsigned long long)blockIdx.y << 16) | ((unsigned long long)sm << 32) |
          ((unsigned long long)stored << 48);
-  o[10] = (unsigned long long)(size_t)key & 0xFFFFFFFFull;
+  o[10] = (unsigned long long)(size_t)key;
   o[11] = 0;
 }
 // copies the recorded slots (at most max_slots) to host, resets the count; returns the count (-1: CUDA error)
