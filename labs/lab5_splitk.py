@@ -141,8 +141,8 @@ def main():
     crng = np.random.default_rng(7)                          # its own orders: the sections below keep theirs
     outs = [cluster_combine(partials, interleaving(crng, R, S)) for _ in range(replays)]
     same = sum(bool(np.array_equal(o.view(np.uint32), ref.view(np.uint32))) for o in outs)
-    print(f"  the leader starts from its own partial instead of 0: 0 + p == p bit for bit for every p except "
-          f"-0 (0 + -0 = +0), and a partial is never -0 (the MMA accumulators start at +0)")
+    print("  the leader starts from its own partial instead of 0: 0 + p == p bit for bit for every p except "
+          "-0 (0 + -0 = +0), and a partial is never -0 (the MMA accumulators start at +0)")
     check(same == replays, f"cluster reduction over {replays} random store orders: bit-identical to the ticket "
                            f"path's fixed-order sum in {same} of {replays}; no workspace, no ticket, nothing to reset")
 

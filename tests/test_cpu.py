@@ -436,3 +436,14 @@ def test_trace_chain_sources_and_analysis():
     a = T.analyse(torch.tensor(rows), {1000: 0, 1001: 1, 1002: 2})
     assert (a["launches"], a["period"], a["gap"], a["crit"], a["early"]) == (3, 3000, 500, 2500, 1500)
     assert (a["loop"], a["barrier"], a["combine_store"], a["ns_per_cycle"]) == (500, 50, 150, 0.5)
+
+
+def test_tool_case_specs_parse_or_say_what_is_wrong():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+    import cases
+    assert cases.parse("pooler:1") == ("pooler", 1, None, {})
+    assert cases.parse("router:16:plain:nw=8:co=-1") == ("router", 16, "plain", {"nw": 8, "co": -1})
+    for bad, msg in (("poolr:1", "with a layer in"), ("pooler", "expected"), ("pooler:1:fast", "cannot read"),
+                     ("pooler:1:pf=x", "integers")):
+        with pytest.raises(SystemExit, match=msg):
+            cases.parse(bad)

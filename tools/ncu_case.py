@@ -8,28 +8,17 @@ import sys
 
 import torch
 
-import judge
+import cases
 import submission as S
 
 
-def case(spec):
-    """'layer:m[:plain|compressed][:field=value...]' -> (prepared layer, m, x)."""
-    name, m, *rest = spec.split(":")
-    m = int(m)
-    d = judge.LAYERS[name]
-    path = next((r for r in rest if r in ("plain", "compressed")), None)
-    w = judge.trained_like(d["N"], d["K"], 7, "cuda", torch.float32 if d["dtype"] == "fp32" else torch.bfloat16)
-    L = S.prepare(name, w, path=path)
-    fields = {k: int(v) for k, v in (r.split("=") for r in rest if "=" in r)}
-    if fields:
-        L.set_config(m, L.plan(m).config._replace(**fields))
-    return L, m, judge.fresh_x(m, d["K"], 11, "cuda")
-
-
 def main(specs):
-    cases = [(s, *case(s)) for s in specs]
+    todo = []
+    for spec in specs:
+        Ls, m, x = cases.prepare(spec, copies=1)
+        todo.append((spec, Ls[0], m, x))
     torch.cuda.synchronize()
-    for i, (spec, L, m, x) in enumerate(cases):
+    for i, (spec, L, m, x) in enumerate(todo):
         p = L.plan(m)
         print(f"[ncu case {i}] {spec}: {p.path} {p.config}", flush=True)
         S.kernel_fn(x, L)

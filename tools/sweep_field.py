@@ -4,7 +4,7 @@ calls, median of the replays), each value measured in two interleaved rounds so 
     python tools/sweep_field.py --field co --values -1,0,50,100 router:1 pooler:1 qkv_gate:32:plain
     python tools/sweep_field.py --field pdl --values 1,0 o_proj:1:s=2
 
-A case is 'layer:m[:plain|compressed][:field=value...]' (as tools/ncu_case.py): the layer's plan for m, with the
+A case is 'layer:m[:plain|compressed][:field=value...]' (tools/cases.py): the layer's plan for m, with the
 fields replaced. Prints one line per case: the time of each value in both rounds, and the best value.
 """
 import argparse
@@ -12,6 +12,7 @@ import sys
 
 import torch
 
+import cases
 import judge
 import submission as S
 
@@ -28,21 +29,12 @@ def main(argv=None):
         return 1
     values = [int(v) for v in args.values.split(",")]
     for spec in args.cases:
-        name, m, *rest = spec.split(":")
-        m = int(m)
-        d = judge.LAYERS[name]
-        path = next((r for r in rest if r in ("plain", "compressed")), None)
-        dual = d["dtype"] == "fp32"
-        w = judge.trained_like(d["N"], d["K"], 7, "cuda", torch.float32 if dual else torch.bfloat16)
-        P = judge.copies_for(d["N"] * d["K"] * 2 * (2 if dual else 1))
-        Ls = [S.prepare(name, w, path=path) for _ in range(P)]
+        Ls, m, x = cases.prepare(spec)
+        P = len(Ls)
         base = Ls[0].plan(m).config
         if base is None or not hasattr(base, args.field):
             print(f"[sweep] {spec}: plan {Ls[0].plan(m)} has no field {args.field!r}; skipped", flush=True)
             continue
-        fields = {k: int(v) for k, v in (r.split("=") for r in rest if "=" in r)}
-        base = base._replace(**fields)
-        x = judge.fresh_x(m, d["K"], 11 + m, "cuda")
         ref = S.kernel_fn(x, Ls[0]).clone()
         res = {v: [] for v in values}
         for _ in range(2):

@@ -4,7 +4,7 @@ the kernels with MUSE_TRACE defined (the shipped build compiles the hooks to not
 a graph of P back-to-back calls (P copies, as SPEC times them) is traced after three warm-up replays.
 
     python tools/trace_chain.py router:1 pooler:1 router:1:nw=8:u=4
-    (cases as tools/ncu_case.py: 'layer:m[:plain|compressed][:field=value...]'; CUDA paths only)
+    (cases: 'layer:m[:plain|compressed][:field=value...]', tools/cases.py; CUDA paths only)
 
 Per case: the graph's time per call; then medians over the launches of: end of launch i-1 (its last CTA's last
 timestamp) to the first CTA of launch i passing the wait; from there to launch i's last CTA end; how long
@@ -20,6 +20,7 @@ import sys
 os.environ.setdefault("MUSE_BUILD", "0")   # this tool builds its own (traced) extension
 import torch
 
+import cases
 import judge
 import submission as S
 
@@ -91,18 +92,8 @@ def analyse(rows, keys):
 
 
 def run_case(ext, spec):
-    name, m, *rest = spec.split(":")
-    m = int(m)
-    d = judge.LAYERS[name]
-    path = next((r for r in rest if r in ("plain", "compressed")), None)
-    dual = d["dtype"] == "fp32"
-    w = judge.trained_like(d["N"], d["K"], 7, "cuda", torch.float32 if dual else torch.bfloat16)
-    P = judge.copies_for(d["N"] * d["K"] * 2 * (2 if dual else 1))
-    Ls = [S.prepare(name, w, path=path) for _ in range(P)]
-    fields = {k: int(v) for k, v in (r.split("=") for r in rest if "=" in r)}
-    if fields:
-        for Lc in Ls:
-            Lc.set_config(m, Lc.plan(m).config._replace(**fields))
+    Ls, m, x = cases.prepare(spec)
+    P = len(Ls)
     p = Ls[0].plan(m)
     if p.path not in ("plain", "compressed"):
         print(f"[trace] {spec}: {p.path} path has no trace hooks; skipped", flush=True)
@@ -110,7 +101,6 @@ def run_case(ext, spec):
     keys = {(Lc.w if p.path == "plain" else Lc.z.stream).data_ptr(): i for i, Lc in enumerate(Ls)}
     if len(keys) != P:
         raise SystemExit(f"[trace] {spec}: {P} copies but {len(keys)} distinct weight pointers")
-    x = judge.fresh_x(m, d["K"], 11 + m, "cuda")
     ms, _ = judge.time_graph([lambda Lc=Lc: S.kernel_fn(x, Lc) for Lc in Ls], 10)
     g, _ = judge.capture(lambda: [S.kernel_fn(x, Lc) for Lc in Ls])
     for _ in range(3):
@@ -130,8 +120,6 @@ def run_case(ext, spec):
           f"{a['wait'] / 1e3:.2f} us; main loop {a['loop'] / 1e3:.2f} us; CTA barrier {a['barrier'] / 1e3:.2f} us; "
           f"combine {a['combine_store'] / 1e3:.2f} us (storing CTAs) / {a['combine_other'] / 1e3:.2f} us (others); "
           f"store {a['store'] / 1e3:.2f} us; globaltimer step {a['gt_res']} ns", flush=True)
-    del Ls, g
-    torch.cuda.empty_cache()
 
 
 def main(argv):
@@ -142,6 +130,7 @@ def main(argv):
     S._EXT = ext
     for spec in argv:
         run_case(ext, spec)
+        torch.cuda.empty_cache()                    # the case's copies are gone with run_case's frame
     return 0
 
 

@@ -1,0 +1,39 @@
+"""The case spec the tools share (ncu_case, sweep_field, trace_chain): 'layer:m[:plain|compressed][:field=value...]',
+a scored layer at m, optionally forced onto one CUDA path, its tabled config with fields replaced."""
+import torch
+
+import judge
+import submission as S
+
+
+def parse(spec):
+    """'pooler:1:compressed:pf=1' -> ('pooler', 1, 'compressed', {'pf': 1}); SystemExit naming what is wrong."""
+    name, *rest = spec.split(":")
+    if name not in judge.LAYERS or not rest or not rest[0].isdigit():
+        raise SystemExit(f"case {spec!r}: expected 'layer:m[:plain|compressed][:field=value...]' with a layer "
+                         f"in {', '.join(judge.LAYERS)}")
+    m, rest = int(rest[0]), rest[1:]
+    path = next((r for r in rest if r in ("plain", "compressed")), None)
+    bad = [r for r in rest if r not in ("plain", "compressed") and "=" not in r]
+    if bad:
+        raise SystemExit(f"case {spec!r}: cannot read {bad}")
+    try:
+        fields = {k: int(v) for k, v in (r.split("=", 1) for r in rest if "=" in r)}
+    except ValueError:
+        raise SystemExit(f"case {spec!r}: field values must be integers") from None
+    return name, m, path, fields
+
+
+def prepare(spec, copies=None, seed=7):
+    """The case's layer prepared `copies` times (None: SPEC's P copies, >= 2 GB of weights) on trained-looking
+    weights, with the fields replaced in every copy's plan for m. Returns (layers, m, x)."""
+    name, m, path, fields = parse(spec)
+    d = judge.LAYERS[name]
+    dual = d["dtype"] == "fp32"
+    w = judge.trained_like(d["N"], d["K"], seed, "cuda", torch.float32 if dual else torch.bfloat16)
+    n = judge.copies_for(d["N"] * d["K"] * 2 * (2 if dual else 1)) if copies is None else copies
+    Ls = [S.prepare(name, w, path=path) for _ in range(n)]
+    if fields:
+        for L in Ls:
+            L.set_config(m, L.plan(m).config._replace(**fields))
+    return Ls, m, judge.fresh_x(m, d["K"], 11 + m, "cuda")
