@@ -436,51 +436,36 @@ __device__ __forceinline__ void store_tile(void* __restrict__ out, float4 v, int
 // ---- MUSE_TRACE (tools/trace_chain.py only; the shipped build never defines it) ------------------
 // Thread 0 of every CTA records when it starts, passes pdl_wait, has its partials in shared memory, passes the
 // CTA barrier, is through the split-K combine, and is done (%globaltimer at 3 points, clock64 at all 6), with
-// the CTA's coordinates, SM, whether it stored, and the weight pointer (which layer copy).
+// the CTA's coordinates, its SM and whether it stored. The slot (12 u64) is the CTA's own, in the layer's
+// workspace after the split-K area any config of the layer may use (N/16 x S x 128 float4): plain stores at
+// the CTA's end, no atomics. trace_chain.py grows every copy's workspace to hold the slots of all its CTAs.
 #ifdef MUSE_TRACE
-#define MUSE_TRACE_SLOTS 32768
-__device__ unsigned long long muse_trace_buf[MUSE_TRACE_SLOTS][12];
-__device__ unsigned int muse_trace_n;
 struct MuseTrace { unsigned long long g[3], c[6]; };
 __device__ __forceinline__ unsigned long long muse_gtimer() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-__device__ __forceinline__ void muse_trace_flush(const MuseTrace& tr, const void* key, bool stored) {
+__device__ __forceinline__ void muse_trace_flush(const MuseTrace& tr, float4* ws, int N, int S, bool stored) {
   unsigned sm;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-  const unsigned id = atomicAdd(&muse_trace_n, 1u);
-  if (id >= MUSE_TRACE_SLOTS) return;
-  unsigned long long* o = muse_trace_buf[id];
+  unsigned long long* o = reinterpret_cast<unsigned long long*>(ws + (size_t)(N / 16) * S * 128) +
+                          ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 12;
   for (int i = 0; i < 3; i++) o[i] = tr.g[i];
   for (int i = 0; i < 6; i++) o[3 + i] = tr.c[i];
   o[9] = blockIdx.x | ((unsigned long long)blockIdx.y << 16) | ((unsigned long long)sm << 32) |
          ((unsigned long long)stored << 48);
-  o[10] = (unsigned long long)(size_t)key;
-  o[11] = 0;
-}
-// copies the recorded slots (at most max_slots) to host, resets the count; returns the count (-1: CUDA error)
-int muse_trace_fetch(unsigned long long* host, int max_slots) {
-  unsigned n = 0;
-  if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(&n, muse_trace_n, sizeof(n)) != cudaSuccess)
-    return -1;
-  size_t k = n < (unsigned)max_slots ? n : (unsigned)max_slots;
-  if (k > MUSE_TRACE_SLOTS) k = MUSE_TRACE_SLOTS;
-  if (k && cudaMemcpyFromSymbol(host, muse_trace_buf, k * 12 * sizeof(unsigned long long)) != cudaSuccess) return -1;
-  const unsigned zero = 0;
-  if (cudaMemcpyToSymbol(muse_trace_n, &zero, sizeof(zero)) != cudaSuccess) return -1;
-  return (int)n;
+  o[10] = o[11] = 0;
 }
 #define TR_DECL MuseTrace tr_;
 #define TR_G(i) if (threadIdx.x == 0) tr_.g[i] = muse_gtimer();
 #define TR_C(i) if (threadIdx.x == 0) tr_.c[i] = clock64();
-#define TR_FLUSH(key, stored) if (threadIdx.x == 0) muse_trace_flush(tr_, key, stored);
+#define TR_FLUSH(stored) if (threadIdx.x == 0) muse_trace_flush(tr_, ws, N, S, stored);
 #else
 #define TR_DECL
 #define TR_G(i)
 #define TR_C(i)
-#define TR_FLUSH(key, stored)
+#define TR_FLUSH(stored)
 #endif
 
 // ---- gemv_kernel: the plain BF16 tensor-core GEMV -------------------------------------------------
@@ -619,13 +604,13 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
   const bool store = cl ? cluster_combine<J, P, NT>(res, cbuf, S) : splitk_combine<J, P, NT>(res, ws, sem, rg, sidx, S);
   TR_C(4)
   if (!store) {
-    TR_G(2) TR_C(5) TR_FLUSH(w, false)
+    TR_G(2) TR_C(5) TR_FLUSH(false)
     return;
   }
 #pragma unroll
   for (int j = 0; j < J; j++)
     if (tid + j * NT < P) store_tile<DUAL, NB, R>(out, res[j], tid + j * NT, rg, M, N);
-  TR_G(2) TR_C(5) TR_FLUSH(w, true)
+  TR_G(2) TR_C(5) TR_FLUSH(true)
 }
 
 // ---- gemvz_kernel: the compressed GEMV with its exception warp ------------------------------------
@@ -797,13 +782,13 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   const bool store = cl ? cluster_combine<J, P, NT>(res, cbuf, S) : splitk_combine<J, P, NT>(res, ws, sem, rg, sidx, S);
   TR_C(4)
   if (!store) {
-    TR_G(2) TR_C(5) TR_FLUSH(w, false)
+    TR_G(2) TR_C(5) TR_FLUSH(false)
     return;
   }
 #pragma unroll
   for (int j = 0; j < J; j++)
     if (tid < NT && tid + j * NT < P) store_tile<false, NB, R>(out, res[j], tid + j * NT, rg, M, N);
-  TR_G(2) TR_C(5) TR_FLUSH(w, true)
+  TR_G(2) TR_C(5) TR_FLUSH(true)
 }
 
 // ---- unpackz_kernel: decode the whole 12-bit stream back to bf16 [N, K] ---------------------------
@@ -1092,9 +1077,9 @@ def _source_hash():
     return h[:12]
 
 
-def build_extension(kernel_src=KERNEL_SRC, name=None, verbose=False, bind_src=BIND_SRC):
+def build_extension(kernel_src=KERNEL_SRC, name=None, verbose=False):
     """Compile KERNEL_SRC + BIND_SRC with load_inline; returns the module. Prints progress on a cold build.
-    (tools/trace_chain.py passes its own sources: the MUSE_TRACE build.)"""
+    (tools/trace_chain.py passes its own kernel source: the MUSE_TRACE build.)"""
     from torch.utils import cpp_extension
     from torch.utils.cpp_extension import load_inline, get_default_build_root
     name = name or "muse_gemv_" + _source_hash()
@@ -1107,7 +1092,7 @@ def build_extension(kernel_src=KERNEL_SRC, name=None, verbose=False, bind_src=BI
     if not cached:
         print(f"[muse] compiling CUDA extension {name} (first import: about a minute; cached afterwards in "
               f"{bdir})", file=sys.stderr, flush=True)
-    mod = load_inline(name=name, cpp_sources=[bind_src], cuda_sources=[kernel_src], extra_cuda_cflags=NVCC_FLAGS,
+    mod = load_inline(name=name, cpp_sources=[BIND_SRC], cuda_sources=[kernel_src], extra_cuda_cflags=NVCC_FLAGS,
                       extra_cflags=["-O2"], verbose=verbose)
     if not cached:
         print(f"[muse] compiled in {time.time() - t0:.1f} s", file=sys.stderr, flush=True)

@@ -1,7 +1,8 @@
 """Where the time of back-to-back calls goes: each CTA's thread 0 timestamps its start, the release of
 griddepcontrol.wait, partials in shared memory, the CTA barrier, the split-K combine and its end, in a build of
-the kernels with MUSE_TRACE defined (the shipped build compiles the hooks to nothing: same PTX). One replay of
-a graph of P back-to-back calls (P copies, as SPEC times them) is traced after three warm-up replays.
+the kernels with MUSE_TRACE defined (the shipped build compiles the hooks to nothing: same PTX). Each CTA stores
+its slot (12 u64) into its own layer copy's workspace, which this tool grows for that. One replay of a graph of
+P back-to-back calls (P copies, as SPEC times them) is traced after three warm-up replays.
 
     python tools/trace_chain.py router:1 pooler:1 router:1:nw=8:u=4
     (cases: 'layer:m[:plain|compressed][:field=value...]', tools/cases.py; CUDA paths only)
@@ -24,31 +25,22 @@ import cases
 import judge
 import submission as S
 
-SLOTS = 32768
-EXTRA_BIND = r"""
-int muse_trace_fetch(unsigned long long* host, int max_slots);
-torch::Tensor trace_read() {
-  auto t = torch::zeros({32768, 12}, torch::kInt64);
-  const int n = muse_trace_fetch((unsigned long long*)t.data_ptr(), 32768);
-  TORCH_CHECK(n >= 0, "MUSE_TRACE: reading the trace buffer failed");
-  return t.narrow(0, 0, std::min(n, 32768));   // the counter runs past the slots: those CTAs were not recorded
-}
-"""
-MOD = "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"
 
-
-def traced_sources():
-    src = "#define MUSE_TRACE\n" + S.KERNEL_SRC
-    if S.BIND_SRC.count(MOD) != 1:
-        raise RuntimeError("BIND_SRC has no single PYBIND11_MODULE block to extend")
-    bind = S.BIND_SRC.replace(MOD, EXTRA_BIND + "\n" + MOD + '\n  m.def("trace_read", &trace_read, "MUSE_TRACE slots");')
-    return src, bind
+def traced_source():
+    return "#define MUSE_TRACE\n" + S.KERNEL_SRC
 
 
 def build():
-    src, bind = traced_sources()
-    name = "muse_trace_" + hashlib.sha1((src + bind + " ".join(S.NVCC_FLAGS)).encode()).hexdigest()[:12]
-    return S.build_extension(src, name, bind_src=bind)
+    src = traced_source()
+    name = "muse_trace_" + hashlib.sha1((src + S.BIND_SRC + " ".join(S.NVCC_FLAGS)).encode()).hexdigest()[:12]
+    return S.build_extension(src, name)
+
+
+def trace_region(L, m):
+    """(first float4 of the CTA slots in L.ws, CTAs of one launch) for L's plan at m (see MUSE_TRACE in
+    submission.KERNEL_SRC: the slots follow the split-K area, N/16 x S x 128 float4; 12 u64 = 6 float4 a CTA)."""
+    c = L.plan(m).config
+    return L.N // 16 * c.s * 128, L.N // (16 * c.r) * c.s
 
 
 def med(v):
@@ -56,7 +48,7 @@ def med(v):
 
 
 def analyse(rows, keys):
-    """rows: [n, 12] int64 slots; keys: {a copy's weight pointer: launch index}."""
+    """rows: [n, 12] int64 slots (column 10: the copy); keys: {copy: launch index}."""
     by = {}
     for r in rows.tolist():
         i = keys.get(r[10])
@@ -91,26 +83,29 @@ def analyse(rows, keys):
     }
 
 
-def run_case(ext, spec):
+def run_case(spec):
     Ls, m, x = cases.prepare(spec)
     P = len(Ls)
     p = Ls[0].plan(m)
     if p.path not in ("plain", "compressed"):
         print(f"[trace] {spec}: {p.path} path has no trace hooks; skipped", flush=True)
         return
-    keys = {(Lc.w if p.path == "plain" else Lc.z.stream).data_ptr(): i for i, Lc in enumerate(Ls)}
-    if len(keys) != P:
-        raise SystemExit(f"[trace] {spec}: {P} copies but {len(keys)} distinct weight pointers")
+    base, ctas = trace_region(Ls[0], m)
+    for Lc in Ls:                                   # the traced build writes every CTA's slot after the split-K area
+        Lc.ws = torch.zeros((base + 6 * ctas, 4), dtype=torch.float32, device=Lc.device)
     ms, _ = judge.time_graph([lambda Lc=Lc: S.kernel_fn(x, Lc) for Lc in Ls], 10)
     g, _ = judge.capture(lambda: [S.kernel_fn(x, Lc) for Lc in Ls])
     for _ in range(3):
         g.replay()
-    ext.trace_read()                                # drop the warm-up's slots
+    for Lc in Ls:
+        Lc.ws[base:].zero_()                        # a slot the traced replay did not write stays zero
     g.replay()
-    rows = ext.trace_read()
-    if rows.shape[0] >= SLOTS:
-        raise SystemExit(f"[trace] {spec}: {rows.shape[0]} slots filled: the replay recorded more CTAs than fit")
-    a = analyse(rows, keys)
+    torch.cuda.synchronize()
+    rows = torch.cat([Lc.ws[base:].contiguous().view(torch.int64).view(ctas, 12).cpu() for Lc in Ls])
+    rows[:, 10] = torch.arange(P).repeat_interleave(ctas)
+    if bool((rows[:, 2] == 0).any()):
+        raise SystemExit(f"[trace] {spec}: {int((rows[:, 2] == 0).sum())} CTA slots were not written")
+    a = analyse(rows, {i: i for i in range(P)})
     print(f"[trace] {spec}: {p.path} {p.config}; {a['launches']} launches x {a['ctas']:.0f} CTAs; "
           f"graph {ms * 1e3 / P:.2f} us per call (traced build)", flush=True)
     print(f"  per launch (globaltimer, medians): end to end {a['period'] / 1e3:.2f} us = previous launch's last "
@@ -126,10 +121,9 @@ def main(argv):
     if not torch.cuda.is_available():
         print("[trace] needs a CUDA device")
         return 1
-    ext = build()
-    S._EXT = ext
+    S._EXT = build()
     for spec in argv:
-        run_case(ext, spec)
+        run_case(spec)
         torch.cuda.empty_cache()                    # the case's copies are gone with run_case's frame
     return 0
 
