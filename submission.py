@@ -457,16 +457,32 @@ __device__ __forceinline__ void muse_trace_flush(const MuseTrace& tr, float4* ws
          ((unsigned long long)stored << 48);
   o[10] = o[11] = 0;
 }
-#define TR_DECL MuseTrace tr_;
 #define TR_G(i) if (threadIdx.x == 0) tr_.g[i] = muse_gtimer();
 #define TR_C(i) if (threadIdx.x == 0) tr_.c[i] = clock64();
 #define TR_FLUSH(stored) if (threadIdx.x == 0) muse_trace_flush(tr_, ws, N, S, stored);
 #else
-#define TR_DECL
+struct MuseTrace {};  // nothing recorded: an empty argument the compiler drops
 #define TR_G(i)
 #define TR_C(i)
 #define TR_FLUSH(stored)
 #endif
+
+// The end of both GEMVs: the split-K combine (cluster or ticket), then the CTA that holds the sums stores them.
+// EXC: the CTA has an exception warp, whose threads (tid >= NT) hold no position. All threads call it.
+template <bool F32OUT, bool EXC, int NB, int R, int J, int P, int NT>
+__device__ __forceinline__ void combine_store(float4 (&res)[J], MuseTrace& tr_, void* __restrict__ out, float4* cbuf,
+                                              float4* __restrict__ ws, int* __restrict__ sem, int rg, int sidx,
+                                              int S, int cl, int M, int N) {
+  const int tid = threadIdx.x;
+  const bool store = cl ? cluster_combine<J, P, NT>(res, cbuf, S) : splitk_combine<J, P, NT>(res, ws, sem, rg, sidx, S);
+  TR_C(4)
+  if (store) {
+#pragma unroll
+    for (int j = 0; j < J; j++)
+      if ((!EXC || tid < NT) && tid + j * NT < P) store_tile<F32OUT, NB, R>(out, res[j], tid + j * NT, rg, M, N);
+  }
+  TR_G(2) TR_C(5) TR_FLUSH(store)
+}
 
 // ---- gemv_kernel: the plain BF16 tensor-core GEMV -------------------------------------------------
 // Contract: x bf16 [M, K] row-major, 16-byte aligned; w (and w2, the router's lo half) bf16 [N, K]
@@ -497,7 +513,7 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
   constexpr int NH = DUAL ? 2 : 1;
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
-  TR_DECL
+  MuseTrace tr_;  // MUSE_TRACE: thread 0's timestamps
   TR_G(0) TR_C(0)
   pdl_trigger();
   if (cl) cluster_arrive_relaxed();
@@ -601,16 +617,7 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
   TR_C(3)
   float4 res[J];
   sum_warps<NW, P, NT, J>(res, red);
-  const bool store = cl ? cluster_combine<J, P, NT>(res, cbuf, S) : splitk_combine<J, P, NT>(res, ws, sem, rg, sidx, S);
-  TR_C(4)
-  if (!store) {
-    TR_G(2) TR_C(5) TR_FLUSH(false)
-    return;
-  }
-#pragma unroll
-  for (int j = 0; j < J; j++)
-    if (tid + j * NT < P) store_tile<DUAL, NB, R>(out, res[j], tid + j * NT, rg, M, N);
-  TR_G(2) TR_C(5) TR_FLUSH(true)
+  combine_store<DUAL, false, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
 
 // ---- gemvz_kernel: the compressed GEMV with its exception warp ------------------------------------
@@ -639,7 +646,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   constexpr int EC = NB == 4 ? 2 : 4;  // exception chunk: EC entries x NB*4 tokens of x in flight per lane
   extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
-  TR_DECL
+  MuseTrace tr_;  // MUSE_TRACE: thread 0's timestamps
   TR_G(0) TR_C(0)
   pdl_trigger();
   if (cl) cluster_arrive_relaxed();
@@ -779,16 +786,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       res[j].w += ecorr[r * 16 + pg + 8][nbo * 8 + 2 * pt + 1];
     }
   }
-  const bool store = cl ? cluster_combine<J, P, NT>(res, cbuf, S) : splitk_combine<J, P, NT>(res, ws, sem, rg, sidx, S);
-  TR_C(4)
-  if (!store) {
-    TR_G(2) TR_C(5) TR_FLUSH(false)
-    return;
-  }
-#pragma unroll
-  for (int j = 0; j < J; j++)
-    if (tid < NT && tid + j * NT < P) store_tile<false, NB, R>(out, res[j], tid + j * NT, rg, M, N);
-  TR_G(2) TR_C(5) TR_FLUSH(true)
+  combine_store<false, true, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
 
 // ---- unpackz_kernel: decode the whole 12-bit stream back to bf16 [N, K] ---------------------------
