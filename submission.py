@@ -436,7 +436,7 @@ __device__ __forceinline__ void store_tile(void* __restrict__ out, float4 v, int
 // ---- MUSE_TRACE (tools/trace_chain.py only; the shipped build never defines it) ------------------
 // Thread 0 of every CTA records when it starts, passes pdl_wait, has its partials in shared memory, passes the
 // CTA barrier, is through the split-K combine, and is done (%globaltimer at 3 points, clock64 at all 6), with
-// the CTA's coordinates, its SM and whether it stored. The slot (12 u64) is the CTA's own, in the layer's
+// the CTA's coordinates, its SM and whether it stored. The slot (10 u64) is the CTA's own, in the layer's
 // workspace after the split-K area any config of the layer may use (N/16 x S x 128 float4): plain stores at
 // the CTA's end, no atomics. trace_chain.py grows every copy's workspace to hold the slots of all its CTAs.
 #ifdef MUSE_TRACE
@@ -450,12 +450,11 @@ __device__ __forceinline__ void muse_trace_flush(const MuseTrace& tr, float4* ws
   unsigned sm;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
   unsigned long long* o = reinterpret_cast<unsigned long long*>(ws + (size_t)(N / 16) * S * 128) +
-                          ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 12;
+                          ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 10;
   for (int i = 0; i < 3; i++) o[i] = tr.g[i];
   for (int i = 0; i < 6; i++) o[3 + i] = tr.c[i];
   o[9] = blockIdx.x | ((unsigned long long)blockIdx.y << 16) | ((unsigned long long)sm << 32) |
          ((unsigned long long)stored << 48);
-  o[10] = o[11] = 0;
 }
 #define TR_G(i) if (threadIdx.x == 0) tr_.g[i] = muse_gtimer();
 #define TR_C(i) if (threadIdx.x == 0) tr_.c[i] = clock64();

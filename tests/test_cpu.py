@@ -428,14 +428,15 @@ def test_trace_chain_sources_and_analysis():
     L = S.Layer("x", torch.zeros(256, 8192))
     L.plans = [None] + [S.PlanEntry("plain", S.GemvConfig(8, 4, 1, 2, 3, 0, 1, 1), "test")] * S.MAX_M
     assert T.trace_region(L, 1) == (256 // 16 * 4 * 128, 256 // 32 * 4)   # after the split-K area; 8 x 4 CTAs
-    rows = []
+    launches = []
     for i in range(3):                      # launch i: released 500 ns after launch i-1's last CTA ended
+        rows = []
         for c in range(2):
             g0, g1, g2 = 3000 * i - 1000, 3000 * i + 500 + 10 * c, 3000 * (i + 1) - 100 * c
             c1 = 2 * g1
-            rows.append([g0, g1, g2, 2 * g0, c1, c1 + 1000, c1 + 1100, c1 + 1400, 2 * g2, c | ((c == 0) << 48),
-                         1000 + i, 0])
-    a = T.analyse(torch.tensor(rows), {1000: 0, 1001: 1, 1002: 2})
+            rows.append([g0, g1, g2, 2 * g0, c1, c1 + 1000, c1 + 1100, c1 + 1400, 2 * g2, c | ((c == 0) << 48)])
+        launches.append(torch.tensor(rows))
+    a = T.analyse(launches)
     assert (a["launches"], a["period"], a["gap"], a["crit"], a["early"]) == (3, 3000, 500, 2500, 1500)
     assert (a["loop"], a["barrier"], a["combine_store"], a["ns_per_cycle"]) == (500, 50, 150, 0.5)
 

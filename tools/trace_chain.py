@@ -1,7 +1,7 @@
 """Where the time of back-to-back calls goes: each CTA's thread 0 timestamps its start, the release of
 griddepcontrol.wait, partials in shared memory, the CTA barrier, the split-K combine and its end, in a build of
 the kernels with MUSE_TRACE defined (the shipped build compiles the hooks to nothing: same PTX). Each CTA stores
-its slot (12 u64) into its own layer copy's workspace, which this tool grows for that. One replay of a graph of
+its slot (10 u64) into its own layer copy's workspace, which this tool grows for that. One replay of a graph of
 P back-to-back calls (P copies, as SPEC times them) is traced after three warm-up replays.
 
     python tools/trace_chain.py router:1 pooler:1 router:1:nw=8:u=4
@@ -38,7 +38,7 @@ def build():
 
 def trace_region(L, m):
     """(first float4 of the CTA slots in L.ws, CTAs of one launch) for L's plan at m (see MUSE_TRACE in
-    submission.KERNEL_SRC: the slots follow the split-K area, N/16 x S x 128 float4; 12 u64 = 6 float4 a CTA)."""
+    submission.KERNEL_SRC: the slots follow the split-K area, N/16 x S x 128 float4; 10 u64 = 5 float4 a CTA)."""
     c = L.plan(m).config
     return L.N // 16 * c.s * 128, L.N // (16 * c.r) * c.s
 
@@ -47,13 +47,9 @@ def med(v):
     return statistics.median(v) if v else float("nan")
 
 
-def analyse(rows, keys):
-    """rows: [n, 12] int64 slots (column 10: the copy); keys: {copy: launch index}."""
-    by = {}
-    for r in rows.tolist():
-        i = keys.get(r[10])
-        if i is not None:
-            by.setdefault(i, []).append(r)
+def analyse(launches):
+    """launches: one [CTAs, 10] int64 tensor of slots per launch, in launch (graph) order."""
+    by = {i: t.tolist() for i, t in enumerate(launches)}
     if len(by) < 2:
         raise SystemExit(f"[trace] only {len(by)} launches recorded: nothing to compare")
     L = sorted(by)
@@ -62,8 +58,6 @@ def analyse(rows, keys):
     end = {i: max(r[2] for r in by[i]) for i in L}
     gaps, crit, early, period = [], [], [], []
     for a, b in zip(L, L[1:]):
-        if b != a + 1:
-            continue
         gaps.append(first_rel[b] - end[a])
         crit.append(end[b] - first_rel[b])
         early.append(first_rel[b] - start[b])
@@ -92,7 +86,7 @@ def run_case(spec):
         return
     base, ctas = trace_region(Ls[0], m)
     for Lc in Ls:                                   # the traced build writes every CTA's slot after the split-K area
-        Lc.ws = torch.zeros((base + 6 * ctas, 4), dtype=torch.float32, device=Lc.device)
+        Lc.ws = torch.zeros((base + 5 * ctas, 4), dtype=torch.float32, device=Lc.device)
     ms, _ = judge.time_graph([lambda Lc=Lc: S.kernel_fn(x, Lc) for Lc in Ls], 10)
     g, _ = judge.capture(lambda: [S.kernel_fn(x, Lc) for Lc in Ls])
     for _ in range(3):
@@ -101,11 +95,11 @@ def run_case(spec):
         Lc.ws[base:].zero_()                        # a slot the traced replay did not write stays zero
     g.replay()
     torch.cuda.synchronize()
-    rows = torch.cat([Lc.ws[base:].contiguous().view(torch.int64).view(ctas, 12).cpu() for Lc in Ls])
-    rows[:, 10] = torch.arange(P).repeat_interleave(ctas)
-    if bool((rows[:, 2] == 0).any()):
-        raise SystemExit(f"[trace] {spec}: {int((rows[:, 2] == 0).sum())} CTA slots were not written")
-    a = analyse(rows, {i: i for i in range(P)})
+    launches = [Lc.ws[base:].contiguous().view(torch.int64).view(ctas, 10).cpu() for Lc in Ls]
+    missing = sum(int((t[:, 2] == 0).sum()) for t in launches)
+    if missing:
+        raise SystemExit(f"[trace] {spec}: {missing} CTA slots were not written")
+    a = analyse(launches)
     print(f"[trace] {spec}: {p.path} {p.config}; {a['launches']} launches x {a['ctas']:.0f} CTAs; "
           f"graph {ms * 1e3 / P:.2f} us per call (traced build)", flush=True)
     print(f"  per launch (globaltimer, medians): end to end {a['period'] / 1e3:.2f} us = previous launch's last "
