@@ -434,35 +434,46 @@ __device__ __forceinline__ void store_tile(void* __restrict__ out, float4 v, int
 #define MIN_BLOCKS(PIPE) ((PIPE) == 2 ? 2 : (PIPE) == 3 ? 1 : 0)
 
 // ---- MUSE_TRACE (tools/trace_chain.py only; the shipped build never defines it) ------------------
-// Thread 0 of every CTA records when it starts, passes pdl_wait, has its partials in shared memory, passes the
-// CTA barrier, is through the split-K combine, and is done (%globaltimer at 3 points, clock64 at all 6), with
-// the CTA's coordinates, its SM and whether it stored. The slot (10 u64) is the CTA's own, in the layer's
-// workspace after the split-K area any config of the layer may use (N/16 x S x 128 float4): plain stores at
-// the CTA's end, no atomics. trace_chain.py grows every copy's workspace to hold the slots of all its CTAs.
+// Thread 0 of every CTA records when it starts, passes pdl_wait, has its first batch of weights and then its first x
+// in registers, has its partials in shared memory, passes the CTA barrier, is through the split-K combine, and is
+// done (%globaltimer at 3 points, clock64 at all 8), with the CTA's coordinates, its SM and whether it stored. The
+// slot (12 u64) is the CTA's own, in the layer's workspace after the split-K area any config of the layer may use
+// (N/16 x S x 128 float4): plain stores at the CTA's end, no atomics. trace_chain.py grows every copy's workspace
+// to hold the slots of all its CTAs.
 #ifdef MUSE_TRACE
-struct MuseTrace { unsigned long long g[3], c[6]; };
+struct MuseTrace { unsigned long long g[3], c[8]; };
 __device__ __forceinline__ unsigned long long muse_gtimer() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+// clock64 once v is in its register: the read is predicated on a compare of v, so it cannot issue before v lands.
+__device__ __forceinline__ unsigned long long muse_after(uint32_t v) {
+  unsigned long long t = 0;
+  asm volatile("{\n .reg .pred q;\n setp.ne.u32 q, %1, 0x7fc00123;\n @q mov.u64 %0, %%clock64;\n"
+               " @!q mov.u64 %0, %%clock64;\n}" : "+l"(t) : "r"(v) : "memory");
   return t;
 }
 __device__ __forceinline__ void muse_trace_flush(const MuseTrace& tr, float4* ws, int N, int S, bool stored) {
   unsigned sm;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
   unsigned long long* o = reinterpret_cast<unsigned long long*>(ws + (size_t)(N / 16) * S * 128) +
-                          ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 10;
+                          ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 12;
   for (int i = 0; i < 3; i++) o[i] = tr.g[i];
-  for (int i = 0; i < 6; i++) o[3 + i] = tr.c[i];
-  o[9] = blockIdx.x | ((unsigned long long)blockIdx.y << 16) | ((unsigned long long)sm << 32) |
-         ((unsigned long long)stored << 48);
+  for (int i = 0; i < 8; i++) o[3 + i] = tr.c[i];
+  o[11] = blockIdx.x | ((unsigned long long)blockIdx.y << 16) | ((unsigned long long)sm << 32) |
+          ((unsigned long long)stored << 48);
 }
 #define TR_G(i) if (threadIdx.x == 0) tr_.g[i] = muse_gtimer();
 #define TR_C(i) if (threadIdx.x == 0) tr_.c[i] = clock64();
+#define TR_ARRIVED(first, wv, xv) \
+  if ((first) && threadIdx.x == 0) { tr_.c[6] = muse_after(wv); tr_.c[7] = muse_after(xv); }
 #define TR_FLUSH(stored) if (threadIdx.x == 0) muse_trace_flush(tr_, ws, N, S, stored);
 #else
 struct MuseTrace {};  // nothing recorded: an empty argument the compiler drops
 #define TR_G(i)
 #define TR_C(i)
+#define TR_ARRIVED(first, wv, xv)
 #define TR_FLUSH(stored)
 #endif
 
@@ -561,6 +572,7 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
 #pragma unroll
         for (int nb = 0; nb < NB; nb++) {
           const uint4 xv = ld_x(xr[nb] + (i + u) * 32);
+          TR_ARRIVED(i == 0 && u == 0 && nb == 0, a[0][0][0][0].x, xv.x)
 #pragma unroll
           for (int r = 0; r < R; r++)
 #pragma unroll
@@ -580,6 +592,7 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
         for (int nb = 0; nb < NB; nb++) xv[u][nb] = ld_x(xr[nb] + (i + u) * 32);
       uint4 na[NH][U][R][2];
       if (i + U < KBW) load_wbatch<U, NH, R>(na, wp, wp2, rstride, i + U);
+      TR_ARRIVED(i == 0, a[0][0][0][0].x, xv[0][0].x)
 #pragma unroll
       for (int u = 0; u < U; u++)
 #pragma unroll
@@ -736,6 +749,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
             xa[nb] = ld_x(xr[nb] + (i + u) * 64);
             xb[nb] = ld_x(xr[nb] + (i + u) * 64 + 32);
           }
+          TR_ARRIVED(i == 0 && u == 0, z[0][0][0].x, xa[0].x)
 #pragma unroll
           for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, TL, TH);
         }
@@ -752,6 +766,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
           }
         uint4 nz[UG][R][3];
         if (i + UG < KGW) load_zbatch<UG, R>(nz, wp, rstride, i + UG);
+        TR_ARRIVED(i == 0, z[0][0][0].x, xa[0][0].x)
 #pragma unroll
         for (int u = 0; u < UG; u++)
 #pragma unroll

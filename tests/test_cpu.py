@@ -434,11 +434,13 @@ def test_trace_chain_sources_and_analysis():
         for c in range(2):
             g0, g1, g2 = 3000 * i - 1000, 3000 * i + 500 + 10 * c, 3000 * (i + 1) - 100 * c
             c1 = 2 * g1
-            rows.append([g0, g1, g2, 2 * g0, c1, c1 + 1000, c1 + 1100, c1 + 1400, 2 * g2, c | ((c == 0) << 48)])
+            rows.append([g0, g1, g2, 2 * g0, c1, c1 + 1000, c1 + 1100, c1 + 1400, 2 * g2, c1 + 200 * c, c1 + 600,
+                         c | ((c == 0) << 48)])
         launches.append(torch.tensor(rows))
     a = T.analyse(launches)
     assert (a["launches"], a["period"], a["gap"], a["crit"], a["early"]) == (3, 3000, 500, 2500, 1500)
     assert (a["loop"], a["barrier"], a["combine_store"], a["ns_per_cycle"]) == (500, 50, 150, 0.5)
+    assert (a["weights_in"], a["weights_in_p90"], a["x_in"], a["loop_rest"]) == (50, 100, 250, 200)
 
 
 def test_tool_case_specs_parse_or_say_what_is_wrong():

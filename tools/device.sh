@@ -2,7 +2,8 @@
 # One device call: build (cold + warm import time), GPU tests, judge, tuning. Logs go to $OUT/run/ and leave
 # as one archive, $OUT/run.tgz (the device tool returns at most 8 files).
 # usage: tools/device.sh [stages...]   stages: build tests judge judgefull judgetriton tune tunetriton rebuild
-#        excost sanitize ncu sweep (default: build tests judge); TUNE_ARGS, TTUNE_ARGS, NCU_CASES, SWEEP_ARGS and BUDGET
+#        excost sanitize ncu sweep trace (default: build tests judge); TUNE_ARGS, TTUNE_ARGS, NCU_CASES, SWEEP_ARGS,
+#        TRACE_CASES and BUDGET
 #        (seconds) from the env
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -43,6 +44,8 @@ for st in $stages; do
         python3 tools/ncu_case.py ${NCU_CASES:-pooler:1} > "$R/ncu.log" 2>&1; tail -5 "$R/ncu.log" ;;
     sweep)
       PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/sweep_field.py ${SWEEP_ARGS:-} 2>&1 | tee "$R/sweep.log" ;;
+    trace)
+      PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/trace_chain.py ${TRACE_CASES:-router:1 pooler:1} 2>&1 | tee "$R/trace.log" ;;
     sanitize)
       PYTHONPATH=. timeout $(( $(left) - 10 )) compute-sanitizer --tool racecheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/racecheck.log"
       PYTHONPATH=. timeout $(( $(left) - 10 )) compute-sanitizer --tool synccheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/synccheck.log" ;;

@@ -1,7 +1,7 @@
 """Where the time of back-to-back calls goes: each CTA's thread 0 timestamps its start, the release of
-griddepcontrol.wait, partials in shared memory, the CTA barrier, the split-K combine and its end, in a build of
-the kernels with MUSE_TRACE defined (the shipped build compiles the hooks to nothing: same PTX). Each CTA stores
-its slot (10 u64) into its own layer copy's workspace, which this tool grows for that. One replay of a graph of
+griddepcontrol.wait, its first weights and then its first x in registers, partials in shared memory, the CTA
+barrier, the split-K combine and its end, in a build of the kernels with MUSE_TRACE defined (the shipped build
+compiles the hooks to nothing: same PTX). Each CTA stores its slot (12 u64) into its own layer copy's workspace, which this tool grows for that. One replay of a graph of
 P back-to-back calls (P copies, as SPEC times them) is traced after three warm-up replays.
 
     python tools/trace_chain.py router:1 pooler:1 router:1:nw=8:u=4
@@ -10,7 +10,8 @@ P back-to-back calls (P copies, as SPEC times them) is traced after three warm-u
 Per case: the graph's time per call; then medians over the launches of: end of launch i-1 (its last CTA's last
 timestamp) to the first CTA of launch i passing the wait; from there to launch i's last CTA end; how long
 launch i's CTAs were resident before that release; and, per CTA after its release (clock64, converted with the
-CTAs' own globaltimer / clock64 ratio): main loop, CTA barrier, split-K combine (CTAs that store / that do not),
+CTAs' own globaltimer / clock64 ratio): until the first weights are in registers (loaded before the wait; 0 when
+they were there already), then the first x (an L2 read after the wait), the rest of the main loop, CTA barrier, split-K combine (CTAs that store / that do not),
 store. Timestamps are thread 0's: the kernel's completion (every thread, memory flush) comes a little later.
 """
 import hashlib
@@ -38,7 +39,7 @@ def build():
 
 def trace_region(L, m):
     """(first float4 of the CTA slots in L.ws, CTAs of one launch) for L's plan at m (see MUSE_TRACE in
-    submission.KERNEL_SRC: the slots follow the split-K area, N/16 x S x 128 float4; 10 u64 = 5 float4 a CTA)."""
+    submission.KERNEL_SRC: the slots follow the split-K area, N/16 x S x 128 float4; 12 u64 = 6 float4 a CTA)."""
     c = L.plan(m).config
     return L.N // 16 * c.s * 128, L.N // (16 * c.r) * c.s
 
@@ -47,8 +48,12 @@ def med(v):
     return statistics.median(v) if v else float("nan")
 
 
+def p90(v):
+    return sorted(v)[int(0.9 * (len(v) - 1))] if v else float("nan")
+
+
 def analyse(launches):
-    """launches: one [CTAs, 10] int64 tensor of slots per launch, in launch (graph) order."""
+    """launches: one [CTAs, 12] int64 tensor of slots per launch, in launch (graph) order."""
     by = {i: t.tolist() for i, t in enumerate(launches)}
     if len(by) < 2:
         raise SystemExit(f"[trace] only {len(by)} launches recorded: nothing to compare")
@@ -63,15 +68,17 @@ def analyse(launches):
         early.append(first_rel[b] - start[b])
         period.append(end[b] - end[a])
     ratio = med([(r[2] - r[0]) / (r[8] - r[3]) for i in L for r in by[i] if r[8] > r[3]])   # ns per cycle
+    # clock64 columns: 3 start, 4 released, 5 partials, 6 barrier, 7 combined, 8 end, 9 weights in, 10 x in
     cta = [r for i in L for r in by[i]]
-    ph = lambda j, k, sel=None: med([(r[3 + k] - r[3 + j]) * ratio for r in cta if sel is None or sel(r)])
-    stored = lambda r: (r[9] >> 48) & 1
+    ph = lambda j, k, sel=None, f=med: f([(r[3 + k] - r[3 + j]) * ratio for r in cta if sel is None or sel(r)])
+    stored = lambda r: (r[11] >> 48) & 1
     gts = sorted({r[c] for r in cta for c in (0, 1, 2)})
     res = min((b - a for a, b in zip(gts, gts[1:]) if b > a), default=0)
     return {
         "launches": len(L), "ctas": len(cta) / len(L),
         "period": med(period), "gap": med(gaps), "crit": med(crit), "early": med(early),
         "wait": ph(0, 1), "loop": ph(1, 2), "barrier": ph(2, 3),
+        "weights_in": ph(1, 6), "weights_in_p90": ph(1, 6, f=p90), "x_in": ph(6, 7), "loop_rest": ph(7, 2),
         "combine_store": ph(3, 4, lambda r: stored(r)), "combine_other": ph(3, 4, lambda r: not stored(r)),
         "store": ph(4, 5, lambda r: stored(r)), "ns_per_cycle": ratio, "gt_res": res,
     }
@@ -86,7 +93,7 @@ def run_case(spec):
         return
     base, ctas = trace_region(Ls[0], m)
     for Lc in Ls:                                   # the traced build writes every CTA's slot after the split-K area
-        Lc.ws = torch.zeros((base + 5 * ctas, 4), dtype=torch.float32, device=Lc.device)
+        Lc.ws = torch.zeros((base + 6 * ctas, 4), dtype=torch.float32, device=Lc.device)
     ms, _ = judge.time_graph([lambda Lc=Lc: S.kernel_fn(x, Lc) for Lc in Ls], 10)
     g, _ = judge.capture(lambda: [S.kernel_fn(x, Lc) for Lc in Ls])
     for _ in range(3):
@@ -95,7 +102,7 @@ def run_case(spec):
         Lc.ws[base:].zero_()                        # a slot the traced replay did not write stays zero
     g.replay()
     torch.cuda.synchronize()
-    launches = [Lc.ws[base:].contiguous().view(torch.int64).view(ctas, 10).cpu() for Lc in Ls]
+    launches = [Lc.ws[base:].contiguous().view(torch.int64).view(ctas, 12).cpu() for Lc in Ls]
     missing = sum(int((t[:, 2] == 0).sum()) for t in launches)
     if missing:
         raise SystemExit(f"[trace] {spec}: {missing} CTA slots were not written")
@@ -106,7 +113,8 @@ def run_case(spec):
           f"CTA end -> first release {a['gap'] / 1e3:.2f} us + release -> last CTA end {a['crit'] / 1e3:.2f} us; "
           f"CTAs resident {a['early'] / 1e3:.2f} us before the release", flush=True)
     print(f"  per CTA (clock64 at {1 / a['ns_per_cycle']:.2f} GHz, medians): start -> wait released "
-          f"{a['wait'] / 1e3:.2f} us; main loop {a['loop'] / 1e3:.2f} us; CTA barrier {a['barrier'] / 1e3:.2f} us; "
+          f"{a['wait'] / 1e3:.2f} us; main loop {a['loop'] / 1e3:.2f} us (first weights in "
+          f"{a['weights_in'] / 1e3:.2f} (p90 {a['weights_in_p90'] / 1e3:.2f}), then first x {a['x_in'] / 1e3:.2f}, rest {a['loop_rest'] / 1e3:.2f}); CTA barrier {a['barrier'] / 1e3:.2f} us; "
           f"combine {a['combine_store'] / 1e3:.2f} us (storing CTAs) / {a['combine_other'] / 1e3:.2f} us (others); "
           f"store {a['store'] / 1e3:.2f} us; globaltimer step {a['gt_res']} ns", flush=True)
 
