@@ -266,6 +266,15 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 
 // ---- shared pieces of both GEMVs ------------------------------------------------------------------
 
+// MUSE_PREWAIT_LAND (experiment, tools/ab_define.py): the warp does not reach griddepcontrol.wait before every
+// load of its first batch has landed: a branch on one word of each load cannot issue before they are all in
+// registers (the branch's body never runs for real weights and is harmless if it does).
+#ifdef MUSE_PREWAIT_LAND
+#define LAND_BEFORE_WAIT(chk) if ((chk) == 0x7fc00123u) asm volatile("nanosleep.u32 1;");
+#else
+#define LAND_BEFORE_WAIT(chk)
+#endif
+
 // One batch of U K-blocks of fragment-ordered weights (2 units of 16 B per lane per block) for each of
 // the warp's R row blocks (rstride units apart), for the hi matrix and, with NH = 2, the router's lo.
 // Lab: labs/lab2_fragments.py, part 2.
@@ -545,6 +554,18 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
   }
   uint4 a[NH][U][R][2];
   load_wbatch<U, NH, R>(a, wp, wp2, rstride, 0);
+#ifdef MUSE_PREWAIT_LAND
+  {
+    uint32_t chk = 0;
+#pragma unroll
+    for (int h = 0; h < NH; h++)
+#pragma unroll
+      for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int r = 0; r < R; r++) chk ^= a[h][u][r][0].x ^ a[h][u][r][1].x;
+    LAND_BEFORE_WAIT(chk)
+  }
+#endif
   pdl_wait();
   TR_G(1) TR_C(1)
 
@@ -726,6 +747,16 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
     }
     uint4 z[UG][R][3];
     load_zbatch<UG, R>(z, wp, rstride, 0);
+#ifdef MUSE_PREWAIT_LAND
+    {
+      uint32_t chk = 0;
+#pragma unroll
+      for (int u = 0; u < UG; u++)
+#pragma unroll
+        for (int r = 0; r < R; r++) chk ^= z[u][r][0].x ^ z[u][r][1].x ^ z[u][r][2].x;
+      LAND_BEFORE_WAIT(chk)
+    }
+#endif
     pdl_wait();
     TR_G(1) TR_C(1)
 

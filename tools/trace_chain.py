@@ -5,6 +5,8 @@ compiles the hooks to nothing: same PTX). Each CTA stores its slot (12 u64) into
 P back-to-back calls (P copies, as SPEC times them) is traced after three warm-up replays.
 
     python tools/trace_chain.py router:1 pooler:1 router:1:nw=8:u=4
+    python tools/trace_chain.py --define MUSE_PREWAIT_LAND router:1     (a variant, as tools/ab_define.py)
+    python tools/trace_chain.py --build-only [--define NAME]          (fill the extension cache)
     (cases: 'layer:m[:plain|compressed][:field=value...]', tools/cases.py; CUDA paths only)
 
 Per case: the graph's time per call; then medians over the launches of: end of launch i-1 (its last CTA's last
@@ -27,12 +29,12 @@ import judge
 import submission as S
 
 
-def traced_source():
-    return "#define MUSE_TRACE\n" + S.KERNEL_SRC
+def traced_source(defines=()):
+    return "".join(f"#define {n}\n" for n in ("MUSE_TRACE", *defines)) + S.KERNEL_SRC
 
 
-def build():
-    src = traced_source()
+def build(defines=()):
+    src = traced_source(defines)
     name = "muse_trace_" + hashlib.sha1((src + S.BIND_SRC + " ".join(S.NVCC_FLAGS)).encode()).hexdigest()[:12]
     return S.build_extension(src, name)
 
@@ -120,10 +122,23 @@ def run_case(spec):
 
 
 def main(argv):
+    defines, build_only = [], False
+    while argv and argv[0].startswith("--"):
+        if argv[0] == "--define" and len(argv) > 1 and argv[1].replace("_", "").isalnum():
+            defines.append(argv[1])
+            argv = argv[2:]
+        elif argv[0] == "--build-only":
+            build_only, argv = True, argv[1:]
+        else:
+            raise SystemExit(f"[trace] cannot read {argv[0]!r}: expected --define NAME or --build-only, then cases")
     if not torch.cuda.is_available():
         print("[trace] needs a CUDA device")
         return 1
-    S._EXT = build()
+    S._EXT = build(defines)
+    if build_only:
+        return 0
+    if defines:
+        print(f"[trace] variant: {' '.join(defines)}", flush=True)
     for spec in argv:
         run_case(spec)
         torch.cuda.empty_cache()                    # the case's copies are gone with run_case's frame

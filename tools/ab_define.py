@@ -1,0 +1,81 @@
+"""A/B of compile-time variants of the kernel source: each variant is KERNEL_SRC with `#define NAME` lines
+prepended (an empty variant is the shipped source), built as its own extension; every case is timed as SPEC
+times it (P copies >= 2 GB, one graph of P back-to-back calls, median of the replays) with each variant in two
+interleaved rounds, after a check of its output against the float64 reference.
+
+    python tools/ab_define.py --variant '' --variant MUSE_PREWAIT_LAND router:1 pooler:1 qkv_gate:1
+    python tools/ab_define.py --build-only --variant MUSE_PREWAIT_LAND      (fill the extension cache)
+
+A variant may hold several names separated by '+'. Cases: 'layer:m[:plain|compressed][:field=value...]'
+(tools/cases.py).
+"""
+import argparse
+import hashlib
+import os
+import sys
+
+os.environ.setdefault("MUSE_BUILD", "0")   # each variant is built here
+import torch
+
+import cases
+import judge
+import submission as S
+
+
+def variant_source(variant):
+    names = [n for n in variant.split("+") if n]
+    for n in names:
+        if not n.replace("_", "").isalnum():
+            raise SystemExit(f"[ab] variant {variant!r}: {n!r} is not a macro name")
+    return "".join(f"#define {n}\n" for n in names) + S.KERNEL_SRC
+
+
+def build(variant):
+    src = variant_source(variant)
+    if src == S.KERNEL_SRC:
+        return S.build_extension()
+    name = "muse_ab_" + hashlib.sha1((src + S.BIND_SRC + " ".join(S.NVCC_FLAGS)).encode()).hexdigest()[:12]
+    return S.build_extension(src, name)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variant", action="append", required=True, help="'' or NAME[+NAME...]")
+    ap.add_argument("--replays", type=int, default=20)
+    ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("cases", nargs="*")
+    args = ap.parse_args(argv)
+    for v in args.variant:
+        variant_source(v)
+    if not torch.cuda.is_available():
+        print("[ab] needs a CUDA device")
+        return 1
+    ext = {v: build(v) for v in args.variant}
+    if args.build_only:
+        return 0
+    label = lambda v: v or "shipped"
+    for spec in args.cases:
+        S._EXT = ext[args.variant[0]]
+        Ls, m, x = cases.prepare(spec)
+        P = len(Ls)
+        ref = judge.reference(x, Ls[0].weight)
+        res = {v: [] for v in args.variant}
+        for _ in range(2):
+            for v in args.variant:
+                S._EXT = ext[v]
+                try:
+                    judge.check_close(S.kernel_fn(x, Ls[0]), ref, Ls[0].dual, f"{spec} {label(v)}")
+                except judge.CheckFailed as e:
+                    raise SystemExit(f"[ab] wrong result: {e}") from None
+                ms, _ = judge.time_graph([lambda L=L: S.kernel_fn(x, L) for L in Ls], args.replays)
+                res[v].append(ms * 1e3 / P)
+        cols = "  ".join(f"{label(v)}: {res[v][0]:.2f}/{res[v][1]:.2f}" for v in args.variant)
+        best = min(args.variant, key=lambda v: min(res[v]))
+        print(f"[ab] {spec} {Ls[0].plan(m).path} {Ls[0].plan(m).config}: {cols}  best {label(best)}", flush=True)
+        del Ls
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
