@@ -452,3 +452,12 @@ def test_tool_case_specs_parse_or_say_what_is_wrong():
                      ("pooler:1:pf=x", "integers")):
         with pytest.raises(SystemExit, match=msg):
             cases.parse(bad)
+
+
+def test_ab_define_variant_sources():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+    import ab_define as A
+    assert A.variant_source("") == S.KERNEL_SRC
+    assert A.variant_source("MUSE_A+MUSE_B") == "#define MUSE_A\n#define MUSE_B\n" + S.KERNEL_SRC
+    with pytest.raises(SystemExit, match="not a macro name"):
+        A.variant_source("X=1")

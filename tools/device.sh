@@ -2,8 +2,9 @@
 # One device call: build (cold + warm import time), GPU tests, judge, tuning. Logs go to $OUT/run/ and leave
 # as one archive, $OUT/run.tgz (the device tool returns at most 8 files).
 # usage: tools/device.sh [stages...]   stages: build tests judge judgefull judgetriton tune tunetriton rebuild
-#        excost sanitize ncu sweep trace (default: build tests judge); TUNE_ARGS, TTUNE_ARGS, NCU_CASES, SWEEP_ARGS,
-#        TRACE_CASES and BUDGET
+#        excost sanitize ncu sweep trace ab sass prebuild (default: build tests judge); TUNE_ARGS, TTUNE_ARGS,
+#        NCU_CASES, SWEEP_ARGS, TRACE_CASES (may start with --define NAME), AB_VARIANTS (space-separated, '-' = shipped),
+#        AB_CASES and BUDGET. prebuild: the shipped, AB and traced extensions compiled in parallel
 #        (seconds) from the env
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -46,6 +47,19 @@ for st in $stages; do
       PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/sweep_field.py ${SWEEP_ARGS:-} 2>&1 | tee "$R/sweep.log" ;;
     trace)
       PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/trace_chain.py ${TRACE_CASES:-router:1 pooler:1} 2>&1 | tee "$R/trace.log" ;;
+    ab)
+      av=(); for v in ${AB_VARIANTS:--}; do [ "$v" = - ] && v=""; av+=(--variant "$v"); done
+      PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/ab_define.py "${av[@]}" ${AB_CASES:-router:1} 2>&1 | tee "$R/ab.log" ;;
+    sass)
+      so=$(python3 -c "import submission as S, os; print(S._EXT.__file__)" 2>/dev/null | tail -1)
+      cuobjdump -sass "$so" > "$R/sass.txt" 2>&1; grep -c "Function" "$R/sass.txt"; gzip "$R/sass.txt" ;;
+    prebuild)
+      python3 -c "import submission" > "$R/prebuild.log" 2>&1 &
+      av=(); for v in ${AB_VARIANTS:-}; do [ "$v" = - ] || av+=(--variant "$v"); done
+      [ ${#av[@]} -gt 0 ] && PYTHONPATH=. python3 tools/ab_define.py --build-only "${av[@]}" >> "$R/prebuild.log" 2>&1 &
+      td=(); set -- ${TRACE_CASES:-}; while [ "${1:-}" = --define ]; do td+=(--define "$2"); shift 2; done
+      PYTHONPATH=. python3 tools/trace_chain.py --build-only "${td[@]}" >> "$R/prebuild.log" 2>&1 &
+      wait; tail -8 "$R/prebuild.log" ;;
     sanitize)
       PYTHONPATH=. timeout $(( $(left) - 10 )) compute-sanitizer --tool racecheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/racecheck.log"
       PYTHONPATH=. timeout $(( $(left) - 10 )) compute-sanitizer --tool synccheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/synccheck.log" ;;
