@@ -30,7 +30,8 @@ import torch
 # gemv_kernel<NW, U, NB, R, DUAL, PIPE> with S CTAs per row group, L2 prefetch pf (0/1), pdl (1: launch
 # with PDL when the layer has it on; 0: this config runs faster without: measured per shape by tune.py) and
 # cl (1: the S CTAs of a row group form a thread-block cluster and reduce split-K in distributed shared
-# memory; 0: through a global workspace and a ticket) and co, the shared memory carveout the launch asks for
+# memory behind a cluster barrier; 2: the same cluster, the partials sent with st.async and counted on the
+# leader's mbarrier, no barrier at the end; 0: through a global workspace and a ticket) and co, the shared memory carveout the launch asks for
 # (cudaLaunchAttributePreferredSharedMemoryCarveout, percent of the SM's unified L1 / shared memory; -1: no
 # preference, the driver's choice)
 GemvConfig = collections.namedtuple("GemvConfig", "nw s u r pipe pf pdl cl co", defaults=(1, 0, -1))
@@ -239,6 +240,38 @@ __device__ __forceinline__ void st_cluster(uint32_t addr, float4 v) {
                : "memory");
 }
 
+// cl = 2: the leader's mbarrier counts the bytes the other CTAs send with st.async (one per CTA: a __shared__
+// variable of a device function is one object per CTA).
+__device__ __forceinline__ unsigned long long* cluster_mbar() {
+  __shared__ unsigned long long bar;
+  return &bar;
+}
+
+// Leader, kernel start: one expected arrival (its own, made here with the byte count it will wait for), then the
+// fence that makes the initialised barrier visible to the cluster before the start-up cluster arrive.
+__device__ __forceinline__ void mbar_init_expect(unsigned long long* b, uint32_t bytes) {
+  const uint32_t a = (uint32_t)__cvta_generic_to_shared(b);
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(a) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// Store 16 bytes into another CTA's shared memory; their arrival is counted on that CTA's mbarrier (rbar).
+__device__ __forceinline__ void st_async(uint32_t addr, float4 v, uint32_t rbar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];"
+               ::"r"(addr), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(rbar) : "memory");
+}
+
+// Wait for phase 0 of our mbarrier (every expected byte has arrived); acquire at cluster scope.
+__device__ __forceinline__ void mbar_wait0(unsigned long long* b) {
+  const uint32_t a = (uint32_t)__cvta_generic_to_shared(b);
+  uint32_t done;
+  do {
+    asm volatile("{\n .reg .pred q;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 q, [%1], 0;\n"
+                 " selp.u32 %0, 1, 0, q;\n}" : "=r"(done) : "r"(a) : "memory");
+  } while (!done);
+}
+
 // ---- the 12-bit format ----------------------------------------------------------------------------
 // decz: one m16n8k16 A fragment (8 bf16, element j = 0..7 in mma16816's register order) from
 //   lo0, lo1: verbatim low bytes of j0..j3 and j4..j7 (exponent bit 0 + 7 mantissa bits), byte i = j_i
@@ -392,22 +425,39 @@ __device__ __forceinline__ bool splitk_combine(float4 (&res)[J], float4* __restr
 // s = 0..S-1 (the ticket path's order: both give the same bits). No global traffic, no fence, no ticket.
 // Every thread arrived on the cluster barrier once at kernel start (so all CTAs have started before a
 // remote store). Returns true in the leader. All threads of the CTA call it.
+// cl = 2 (mbarrier): the other CTAs send with st.async, counted in bytes on the leader's mbarrier (cluster_mbar,
+// armed at kernel start for (S - 1) P 16 bytes); they leave at once, and only the leader waits, for the bytes
+// alone: no second cluster barrier. Same order of the sum, same bits.
 template <int J, int P, int NT>
-__device__ __forceinline__ bool cluster_combine(float4 (&res)[J], float4* cbuf, int S) {
+__device__ __forceinline__ bool cluster_combine(float4 (&res)[J], float4* cbuf, int S, int cl) {
   const int tid = threadIdx.x;
   const uint32_t rank = cluster_rank();
-  cluster_wait_acquire();                      // phase 1: every CTA of the cluster is running
-  if (rank != 0) {
-    const uint32_t base = map_shared(cbuf + (rank - 1) * P, 0);
+  if (cl == 2) {
+    if (rank != 0) {
+      cluster_wait_acquire();                  // the leader runs and its mbarrier is armed
+      const uint32_t base = map_shared(cbuf + (rank - 1) * P, 0), rbar = map_shared(cluster_mbar(), 0);
 #pragma unroll
-    for (int j = 0; j < J; j++) {
-      const int p = tid + j * NT;
-      if (tid < NT && p < P) st_cluster(base + 16u * p, res[j]);
+      for (int j = 0; j < J; j++) {
+        const int p = tid + j * NT;
+        if (tid < NT && p < P) st_async(base + 16u * p, res[j], rbar);
+      }
+      return false;
     }
+    mbar_wait0(cluster_mbar());
+  } else {
+    cluster_wait_acquire();                    // phase 1: every CTA of the cluster is running
+    if (rank != 0) {
+      const uint32_t base = map_shared(cbuf + (rank - 1) * P, 0);
+#pragma unroll
+      for (int j = 0; j < J; j++) {
+        const int p = tid + j * NT;
+        if (tid < NT && p < P) st_cluster(base + 16u * p, res[j]);
+      }
+    }
+    cluster_arrive_release();                  // phase 2: the stores above reach the leader before its wait
+    if (rank != 0) return false;
+    cluster_wait_acquire();
   }
-  cluster_arrive_release();                    // phase 2: the stores above reach the leader before its wait
-  if (rank != 0) return false;
-  cluster_wait_acquire();
 #pragma unroll
   for (int j = 0; j < J; j++) {
     const int p = tid + j * NT;
@@ -421,6 +471,15 @@ __device__ __forceinline__ bool cluster_combine(float4 (&res)[J], float4* cbuf, 
     }
   }
   return true;
+}
+
+// Kernel start with cl: (cl = 2) the leader arms its mbarrier for the other CTAs' (S - 1) P float4, then every
+// thread arrives once on the cluster barrier (cluster_combine waits on it before any remote store).
+template <int P>
+__device__ __forceinline__ void cluster_start(int cl, int S) {
+  if (!cl) return;
+  if (cl == 2 && threadIdx.x == 0 && cluster_rank() == 0) mbar_init_expect(cluster_mbar(), (uint32_t)(S - 1) * P * 16u);
+  cluster_arrive_relaxed();
 }
 
 // Position p = (r * NB + nb) * 32 + lane of row group rg: value q of the C fragment is
@@ -493,7 +552,7 @@ __device__ __forceinline__ void combine_store(float4 (&res)[J], MuseTrace& tr_, 
                                               float4* __restrict__ ws, int* __restrict__ sem, int rg, int sidx,
                                               int S, int cl, int M, int N) {
   const int tid = threadIdx.x;
-  const bool store = cl ? cluster_combine<J, P, NT>(res, cbuf, S) : splitk_combine<J, P, NT>(res, ws, sem, rg, sidx, S);
+  const bool store = cl ? cluster_combine<J, P, NT>(res, cbuf, S, cl) : splitk_combine<J, P, NT>(res, ws, sem, rg, sidx, S);
   TR_C(4)
   if (store) {
 #pragma unroll
@@ -535,7 +594,7 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
   MuseTrace tr_;  // MUSE_TRACE: thread 0's timestamps
   TR_G(0) TR_C(0)
   pdl_trigger();
-  if (cl) cluster_arrive_relaxed();
+  cluster_start<P>(cl, S);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int rg = blockIdx.x, sidx = blockIdx.y;
   const int KB = K / 32, KBS = KB / S, KBW = KBS / NW;
@@ -682,7 +741,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   MuseTrace tr_;  // MUSE_TRACE: thread 0's timestamps
   TR_G(0) TR_C(0)
   pdl_trigger();
-  if (cl) cluster_arrive_relaxed();
+  cluster_start<P>(cl, S);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int rg = blockIdx.x, sidx = blockIdx.y;
   const int KG = K / 64, KGS = KG / S, KGW = KGS / NW;
@@ -973,7 +1032,7 @@ static int func_attrs(const void* f, int* res) {
 // ---- END GENERATED ----
 
 // Return codes: 0 launched, -1 config not compiled in, > 0 the cudaError_t of the launch.
-// cl = 1: the S CTAs of a row group form a cluster (cluster_combine; cbuf = (S - 1) * R*NB*32 float4 of
+// cl = 1, 2: the S CTAs of a row group form a cluster (cluster_combine; cbuf = (S - 1) * R*NB*32 float4 of
 // dynamic shared memory); cl = 0: global workspace and ticket (splitk_combine).
 int gemv_dispatch(const void* x, const void* w, const void* w2, void* out, void* ws, void* sem, int M, int N, int K,
                   int S, int NW, int U, int NB, int R, bool dual, int P, int pf, int cl, int co, bool pdl, cudaStream_t st) {
@@ -1591,20 +1650,21 @@ def nb_of(m):
 
 def smem_bytes(nw, nb, r, compressed, s=1, cl=0):
     """Shared memory of one CTA: the warps' partials red[NW][R*NB*32] (+ the exception warp's ecorr), and with
-    cl the leader's cbuf[S - 1][R*NB*32] for the other CTAs of its cluster."""
+    cl the leader's cbuf[S - 1][R*NB*32] for the other CTAs of its cluster (+ the ticket flag and the cl = 2
+    mbarrier, 12 B, in every build)."""
     part = r * nb * 32 * 16
-    return nw * part + (r * 16 * (nb * 8 + 1) * 4 if compressed else 0) + 4 + (s - 1) * part * (cl == 1)
+    return nw * part + (r * 16 * (nb * 8 + 1) * 4 if compressed else 0) + 4 + 8 + (s - 1) * part * (cl >= 1)
 
 
 def _split_fits(cfg, smem):
     if cfg.pf not in (0, 1):
         return f"pf={cfg.pf!r}: expected 0 (no L2 prefetch) or 1 (the warp's slice, before griddepcontrol.wait)"
-    if cfg.cl not in (0, 1):
-        return f"cl={cfg.cl}: expected 0 (ticket) or 1 (cluster)"
+    if cfg.cl not in (0, 1, 2):
+        return f"cl={cfg.cl}: expected 0 (ticket), 1 (cluster barrier) or 2 (cluster mbarrier)"
     if not (isinstance(cfg.co, int) and -1 <= cfg.co <= 100):
         return f"co={cfg.co!r}: expected -1 (no carveout preference) or a percentage 0..100"
     if cfg.cl and not 2 <= cfg.s <= MAX_CLUSTER:
-        return f"cl=1 needs 2 <= S <= {MAX_CLUSTER} (one cluster per row group), got S={cfg.s}"
+        return f"cl={cfg.cl} needs 2 <= S <= {MAX_CLUSTER} (one cluster per row group), got S={cfg.s}"
     if smem > SMEM_LIMIT:
         return f"shared memory {smem} B > {SMEM_LIMIT}"
     return None

@@ -6,7 +6,8 @@ import submission as S
 _NW, _U, _R, _PIPE = S.DEFAULT_GEMV[0]
 _ZNW, _ZUG, _ZR, _ZPIPE = S.DEFAULT_GEMVZ[0]
 
-# (layer, m, config) run with cl=0 (ticket) and cl=1 (cluster): S=16 is a non-portable cluster size
+# (layer, m, config) run with cl=0 (ticket), cl=1 (cluster barrier) and cl=2 (cluster mbarrier): S=16 is a
+# non-portable cluster size
 CLUSTER_CASES = [
     ("router", 1, S.GemvConfig(nw=_NW, s=8, u=_U, r=_R, pipe=_PIPE, pf=1)),
     ("router", 1, S.GemvConfig(nw=_NW, s=16, u=_U, r=_R, pipe=_PIPE, pf=0)),

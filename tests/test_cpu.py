@@ -290,7 +290,10 @@ def test_cluster_split_needs_2_to_16_ctas_and_its_buffer_counts_as_shared_memory
     assert S.gemv_fits(c, 256, 8192, 1) is None
     assert "2 <= S <= 16" in S.gemv_fits(c._replace(s=1), 256, 8192, 1)
     assert "2 <= S <= 16" in S.gemvz_fits(S.GemvzConfig(4, 32, 1, 1, 3, 0, 1, 1), 4096, 8192, 1)
-    assert "expected 0 (ticket) or 1" in S.gemv_fits(c._replace(cl=2), 256, 8192, 1)
+    assert S.gemv_fits(c._replace(cl=2), 256, 8192, 1) is None                  # the mbarrier variant
+    assert "expected 0 (ticket), 1 (cluster barrier) or 2" in S.gemv_fits(c._replace(cl=3), 256, 8192, 1)
+    assert "cl=2 needs 2 <= S" in S.gemv_fits(c._replace(cl=2, s=1), 256, 8192, 1)
+    assert S.smem_bytes(4, 4, 1, False, 16, 2) == S.smem_bytes(4, 4, 1, False, 16, 1)
     # the leader's cbuf is (S - 1) partial tiles: 15 x (R=1 x NB=4 x 32 x 16 B) = 30 KB on top of red
     big = S.GemvConfig(4, 16, 1, 1, 3, 0, 1, 1)
     assert S.smem_bytes(4, 4, 1, False, 16, 1) - S.smem_bytes(4, 4, 1, False) == 15 * 4 * 32 * 16

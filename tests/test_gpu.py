@@ -228,22 +228,25 @@ def test_no_compiled_kernel_uses_local_memory():
         assert a and a[1] == 0, (args, a)
 
 
+@pytest.mark.parametrize("cl", (1, 2))
 @pytest.mark.parametrize("name,m,cfg", forced_configs.CLUSTER_CASES)
-def test_cluster_split_k_gives_the_ticket_bits(prepared, suite, name, m, cfg):
-    """cl = 1 (reduction in the leader's distributed shared memory; S = 16 is a non-portable cluster) sums
-    the S partials in the ticket path's order: same bits, correct, deterministic, graph-safe under PDL."""
+def test_cluster_split_k_gives_the_ticket_bits(prepared, suite, name, m, cfg, cl):
+    """cl = 1 (reduction in the leader's distributed shared memory behind a cluster barrier; S = 16 is a
+    non-portable cluster) and cl = 2 (the partials sent with st.async, counted on the leader's mbarrier) sum the S
+    partials in the ticket path's order: same bits, correct, deterministic, graph-safe under PDL."""
     w = _layer_weight(name, 23)
     L = S.prepare(name, w, path="compressed" if isinstance(cfg, S.GemvzConfig) else None)
     x = judge.fresh_x(m, L.K, 41, DEV)
-    L.set_config(m, cfg)
+    L.set_config(m, cfg._replace(cl=0))
     ticket = suite.call(x, L).clone()
-    L.set_config(m, cfg._replace(cl=1))
-    assert L.plan(m).config.cl == 1
+    L.set_config(m, cfg._replace(cl=cl))
+    assert L.plan(m).config.cl == cl
     assert torch.equal(suite.call(x, L), ticket)
-    suite.accuracy(L, w, m, 3, name + " cluster")
-    suite.determinism(L, m, 4, name + " cluster")
-    suite.graph_replay(L, m, 5, name + " cluster")
-    suite.probes(L, w, m, 6, name + " cluster")
+    what = f"{name} cl={cl}"
+    suite.accuracy(L, w, m, 3, what)
+    suite.determinism(L, m, 4, what)
+    suite.graph_replay(L, m, 5, what)
+    suite.probes(L, w, m, 6, what)
 
 
 @pytest.mark.parametrize("name", list(LAYERS))

@@ -1,6 +1,7 @@
 """A small back-to-back graph for compute-sanitizer (racecheck / synccheck): split-K plain (router-style
-DUAL) through a non-portable cluster of 16 CTAs (cl=1), compressed with exceptions through a cluster of 4, a
-chain where one layer reads the other's output, all under PDL."""
+DUAL) through a non-portable cluster of 16 CTAs (cl=2, the mbarrier variant, and cl=1, the cluster barrier),
+compressed with exceptions through a cluster of 4 (cl=2), a chain where one layer reads the other's output, all
+under PDL."""
 import torch
 
 import judge
@@ -10,25 +11,29 @@ dev = "cuda"
 R = S.prepare("router", judge.trained_like(256, 2048, 1, dev, torch.float32))            # split-K DUAL
 A = S.prepare("small_a", judge.trained_like(512, 1024, 2, dev), path="compressed")
 B = S.prepare("small_b", judge.trained_like(256, 512, 3, dev), path="plain")
-R.set_config(4, S.GemvConfig(nw=4, s=16, u=1, r=1, pipe=2, pf=0, cl=1))
-A.set_config(8, S.GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0, cl=1))
-for m, L in ((4, R), (8, A), (8, B)):
+Rb = S.prepare("router_b", judge.trained_like(256, 2048, 6, dev, torch.float32))
+R.set_config(4, S.GemvConfig(nw=4, s=16, u=1, r=1, pipe=2, pf=0, cl=2))
+Rb.set_config(4, S.GemvConfig(nw=4, s=16, u=1, r=1, pipe=2, pf=0, cl=1))
+A.set_config(8, S.GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0, cl=2))
+for m, L in ((4, R), (4, Rb), (8, A), (8, B)):
     print(L.describe().splitlines()[0], "|", L.plan(m))
 x = judge.fresh_x(4, 2048, 4, dev)
 xa = judge.fresh_x(8, 1024, 5, dev)
-eager = (S.kernel_fn(x, R).clone(), S.kernel_fn(S.kernel_fn(xa, A), B).clone())
+eager = (S.kernel_fn(x, R).clone(), S.kernel_fn(S.kernel_fn(xa, A), B).clone(), S.kernel_fn(x, Rb).clone())
 s = torch.cuda.Stream()
 s.wait_stream(torch.cuda.current_stream())
 with torch.cuda.stream(s):
-    S.kernel_fn(x, R); S.kernel_fn(S.kernel_fn(xa, A), B)
+    S.kernel_fn(x, R); S.kernel_fn(S.kernel_fn(xa, A), B); S.kernel_fn(x, Rb)
 torch.cuda.current_stream().wait_stream(s)
 g = torch.cuda.CUDAGraph()
 with torch.cuda.graph(g):
     y1 = S.kernel_fn(x, R)
     y1b = S.kernel_fn(x, R)
     y2 = S.kernel_fn(S.kernel_fn(xa, A), B)
+    y3 = S.kernel_fn(x, Rb)
 for _ in range(3):
     g.replay()
 torch.cuda.synchronize()
-assert torch.equal(y1, eager[0]) and torch.equal(y1b, eager[0]) and torch.equal(y2, eager[1]), "graph != eager"
+assert torch.equal(y1, eager[0]) and torch.equal(y1b, eager[0]) and torch.equal(y2, eager[1]) \
+    and torch.equal(y3, eager[2]), "graph != eager"
 print("sanitize case: graph == eager")
