@@ -194,9 +194,10 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS):
                     kblocks = K // 64 if compressed else K // 32
                     for s in s_options(kblocks, nw * u, N // (16 * r)):
                         for pf in pfs:
-                            # S > 1: the cluster reduction, and the ticket only where the cluster does not fit
-                            # (session 2's sweep of both: every S > 1 winner took the cluster where it fit)
-                            for cl in ((1, 0) if s > 1 else (0,)):
+                            # S > 1: the cluster reduction (cl=2, st.async + mbarrier: faster than or tied with
+                            # cl=1 on all 9 cl=1 rows swept in session 5), and the ticket only where the cluster
+                            # does not fit (session 2's sweep: every S > 1 winner took the cluster where it fit)
+                            for cl in ((2, 0) if s > 1 else (0,)):
                                 c = (sub.GemvzConfig if compressed else sub.GemvConfig)(nw, s, u, r, pipe, pf, 1, cl)
                                 if not (sub.gemvz_fits if compressed else sub.gemv_fits)(c, N, K, m):
                                     out.append(c)

@@ -38,7 +38,7 @@ SMEM_LIMIT = 48 * 1024         # static + dynamic shared memory per CTA
 def check_row(kind, layer, m, config):
     """Problems of one table row (empty list if it is fine). kind: 'plain' (gemv_kernel) or 'compressed'
     (gemvz_kernel); layer: {"layer", "N", "K", "dtype"}; config: {"nw", "s", "u" | "ug", "pipe"} and optionally
-    "r" (row blocks per warp, default 1), "pf" (L2 prefetch, 0/1), "pdl" (0/1), "cl" (split-K in a cluster, 0/1)."""
+    "r" (row blocks per warp, default 1), "pf" (L2 prefetch, 0/1), "pdl" (0/1), "cl" (split-K: 0 ticket, 1 cluster barrier, 2 cluster mbarrier)."""
     name, N, K = layer.get("layer", "?"), layer["N"], layer["K"]
     where = f"{kind} row ('{name}', m={m})"
     probs = []
@@ -59,14 +59,14 @@ def check_row(kind, layer, m, config):
     nb = nb_of(m)
     if pipe > 3:
         probs.append(f"{where}: PIPE={pipe} not in 0..3")
-    if pf > 1 or pdl > 1 or cl > 1:
-        probs.append(f"{where}: pf={pf}, pdl={pdl}, cl={cl}: each is 0 or 1")
+    if pf > 1 or pdl > 1 or cl > 2:
+        probs.append(f"{where}: pf={pf}, pdl={pdl}, cl={cl}: pf and pdl are 0 or 1, cl is 0, 1 or 2")
     if cl and not 2 <= s <= 16:
-        probs.append(f"{where}: cl=1 makes the S={s} CTAs of a row group one cluster: S must be 2..16")
+        probs.append(f"{where}: cl={cl} makes the S={s} CTAs of a row group one cluster: S must be 2..16")
     if N % (16 * r):
         probs.append(f"{where}: N={N} not a multiple of 16*R={16 * r}")
     # red[NW][R*NB*32] float4 (+ the exception warp's ecorr) (+ with cl the leader's cbuf[S-1][R*NB*32])
-    smem = (nw + (s - 1) * (cl == 1)) * r * nb * 32 * 16 + (r * 16 * (nb * 8 + 1) * 4 if kind == "compressed" else 0) + 4
+    smem = (nw + (s - 1) * (cl >= 1)) * r * nb * 32 * 16 + (r * 16 * (nb * 8 + 1) * 4 if kind == "compressed" else 0) + 12
     if smem > SMEM_LIMIT:
         probs.append(f"{where}: shared memory (NW + cl*(S-1))*R*NB*512 B (+ ecorr) = {smem} B > {SMEM_LIMIT} B")
     if kind == "plain":

@@ -61,7 +61,7 @@ for st in $stages; do
       PYTHONPATH=. python3 tools/trace_chain.py --build-only "${td[@]}" >> "$R/prebuild.log" 2>&1 &
       wait; tail -8 "$R/prebuild.log" ;;
     sanitize)
-      PYTHONPATH=. timeout $(( $(left) - 10 )) compute-sanitizer --tool racecheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/racecheck.log"
+      SANITIZE_CL=1 PYTHONPATH=. timeout ${RACE_S:-240} compute-sanitizer --tool racecheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/racecheck.log"
       PYTHONPATH=. timeout $(( $(left) - 10 )) compute-sanitizer --tool synccheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/synccheck.log" ;;
   esac
 done

@@ -1,7 +1,10 @@
 """A small back-to-back graph for compute-sanitizer (racecheck / synccheck): split-K plain (router-style
 DUAL) through a non-portable cluster of 16 CTAs (cl=2, the mbarrier variant, and cl=1, the cluster barrier),
 compressed with exceptions through a cluster of 4 (cl=2), a chain where one layer reads the other's output, all
-under PDL."""
+under PDL. SANITIZE_CL=1 puts the cl=2 layers on cl=1 instead: compute-sanitizer's racecheck never finished the
+cl=2 case (killed after 8 minutes, 2026-11-30 session 5; synccheck passes it), so device.sh runs racecheck on cl=1."""
+import os
+
 import torch
 
 import judge
@@ -12,9 +15,10 @@ R = S.prepare("router", judge.trained_like(256, 2048, 1, dev, torch.float32))   
 A = S.prepare("small_a", judge.trained_like(512, 1024, 2, dev), path="compressed")
 B = S.prepare("small_b", judge.trained_like(256, 512, 3, dev), path="plain")
 Rb = S.prepare("router_b", judge.trained_like(256, 2048, 6, dev, torch.float32))
-R.set_config(4, S.GemvConfig(nw=4, s=16, u=1, r=1, pipe=2, pf=0, cl=2))
+CL = int(os.environ.get("SANITIZE_CL", "2"))
+R.set_config(4, S.GemvConfig(nw=4, s=16, u=1, r=1, pipe=2, pf=0, cl=CL))
 Rb.set_config(4, S.GemvConfig(nw=4, s=16, u=1, r=1, pipe=2, pf=0, cl=1))
-A.set_config(8, S.GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0, cl=2))
+A.set_config(8, S.GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0, cl=CL))
 for m, L in ((4, R), (4, Rb), (8, A), (8, B)):
     print(L.describe().splitlines()[0], "|", L.plan(m))
 x = judge.fresh_x(4, 2048, 4, dev)
