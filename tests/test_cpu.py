@@ -464,3 +464,10 @@ def test_ab_define_variant_sources():
     assert A.variant_source("MUSE_A+MUSE_B") == "#define MUSE_A\n#define MUSE_B\n" + S.KERNEL_SRC
     with pytest.raises(SystemExit, match="not a macro name"):
         A.variant_source("X=1")
+
+
+def test_tool_summary_lists_both_rounds_and_the_fastest():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+    import cases
+    cols, best = cases.summary({1: [2.0, 1.5], 2: [1.7, 1.8]}, lambda v: f"cl={v}")
+    assert cols == "cl=1: 2.00/1.50  cl=2: 1.70/1.80" and best == 1

@@ -18,7 +18,6 @@ os.environ.setdefault("MUSE_BUILD", "0")   # each variant is built here
 import torch
 
 import cases
-import judge
 import submission as S
 
 
@@ -57,22 +56,11 @@ def main(argv=None):
     for spec in args.cases:
         S._EXT = ext[args.variant[0]]
         Ls, m, x = cases.prepare(spec)
-        P = len(Ls)
-        ref = judge.reference(x, Ls[0].weight)
-        res = {v: [] for v in args.variant}
-        for _ in range(2):
-            for v in args.variant:
-                S._EXT = ext[v]
-                try:
-                    judge.check_close(S.kernel_fn(x, Ls[0]), ref, Ls[0].dual, f"{spec} {label(v)}")
-                except judge.CheckFailed as e:
-                    raise SystemExit(f"[ab] wrong result: {e}") from None
-                ms, _ = judge.time_graph([lambda L=L: S.kernel_fn(x, L) for L in Ls], args.replays)
-                res[v].append(ms * 1e3 / P)
-        cols = "  ".join(f"{label(v)}: {res[v][0]:.2f}/{res[v][1]:.2f}" for v in args.variant)
-        best = min(args.variant, key=lambda v: min(res[v]))
+        res = cases.time_interleaved(Ls, x, spec, args.variant, lambda v: setattr(S, "_EXT", ext[v]), label,
+                                     args.replays, "ab")
+        cols, best = cases.summary(res, label)
         print(f"[ab] {spec} {Ls[0].plan(m).path} {Ls[0].plan(m).config}: {cols}  best {label(best)}", flush=True)
-        del Ls
+        Ls = None                                   # the case's copies go before the next case's
         torch.cuda.empty_cache()
     return 0
 

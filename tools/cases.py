@@ -37,3 +37,29 @@ def prepare(spec, copies=None, seed=7):
         for L in Ls:
             L.set_config(m, L.plan(m).config._replace(**fields))
     return Ls, m, judge.fresh_x(m, d["K"], 11 + m, "cuda")
+
+
+def time_interleaved(Ls, x, spec, choices, apply, label, replays, tag):
+    """Each choice in two interleaved rounds: apply(choice) sets it up, the output of the first copy is checked
+    against the float64 reference with SPEC's tolerance (any choice may change the summation order), then the
+    P copies are timed as SPEC times them. Returns {choice: [us round 1, us round 2]}; SystemExit on a wrong
+    result, naming the case and the choice."""
+    P = len(Ls)
+    ref = judge.reference(x, Ls[0].weight)
+    res = {c: [] for c in choices}
+    for _ in range(2):
+        for c in choices:
+            apply(c)
+            try:
+                judge.check_close(S.kernel_fn(x, Ls[0]), ref, Ls[0].dual, f"{spec} {label(c)}")
+            except judge.CheckFailed as e:
+                raise SystemExit(f"[{tag}] wrong result: {e}") from None
+            ms, _ = judge.time_graph([lambda L=L: S.kernel_fn(x, L) for L in Ls], replays)
+            res[c].append(ms * 1e3 / P)
+    return res
+
+
+def summary(res, label):
+    """'label: round1/round2  ...' and the choice with the lowest time of any round."""
+    cols = "  ".join(f"{label(c)}: {t[0]:.2f}/{t[1]:.2f}" for c, t in res.items())
+    return cols, min(res, key=lambda c: min(res[c]))

@@ -13,8 +13,6 @@ import sys
 import torch
 
 import cases
-import judge
-import submission as S
 
 
 def main(argv=None):
@@ -30,28 +28,18 @@ def main(argv=None):
     values = [int(v) for v in args.values.split(",")]
     for spec in args.cases:
         Ls, m, x = cases.prepare(spec)
-        P = len(Ls)
         base = Ls[0].plan(m).config
         if base is None or not hasattr(base, args.field):
             print(f"[sweep] {spec}: plan {Ls[0].plan(m)} has no field {args.field!r}; skipped", flush=True)
             continue
-        ref = judge.reference(x, Ls[0].weight)
-        res = {v: [] for v in values}
-        for _ in range(2):
-            for v in values:
-                cfg = base._replace(**{args.field: v})
-                for L in Ls:
-                    L.set_config(m, cfg)
-                try:                                # SPEC's tolerance: any field may change the summation order
-                    judge.check_close(S.kernel_fn(x, Ls[0]), ref, Ls[0].dual, f"{spec} {args.field}={v}")
-                except judge.CheckFailed as e:
-                    raise SystemExit(f"[sweep] wrong result: {e}") from None
-                ms, _ = judge.time_graph([lambda L=L: S.kernel_fn(x, L) for L in Ls], args.replays)
-                res[v].append(ms * 1e3 / P)
-        best = min(values, key=lambda v: min(res[v]))
-        cols = "  ".join(f"{args.field}={v}: {res[v][0]:.2f}/{res[v][1]:.2f}" for v in values)
+        def apply(v, Ls=Ls, m=m, base=base):
+            for L in Ls:
+                L.set_config(m, base._replace(**{args.field: v}))
+
+        res = cases.time_interleaved(Ls, x, spec, values, apply, lambda v: f"{args.field}={v}", args.replays, "sweep")
+        cols, best = cases.summary(res, lambda v: f"{args.field}={v}")
         print(f"[sweep] {spec} {Ls[0].plan(m).path} {base}: {cols}  best {args.field}={best}", flush=True)
-        del Ls
+        Ls = None                                   # the case's copies go before the next case's
         torch.cuda.empty_cache()
     return 0
 
