@@ -8,7 +8,9 @@ draws S-1 sums ws[rb][0..S-1] in that fixed order, stores, and resets sem[rb] = 
 The lab lets CTAs finish in random orders over several CUDA-graph replays and shows the output is bit-identical
 every time; with RESET = False, replay 1 loses its output. Then cluster_combine (cl = 1: the S CTAs form one
 thread-block cluster and the leader sums the others' partials out of its own shared memory after one cluster
-barrier): the same bits as the ticket, and no state that outlives a launch. Last the atomic-add alternative: it
+barrier): the same bits as the ticket, and no state that outlives a launch. Then cl = 2 (the partials sent with
+st.async, counted in bytes on the leader's mbarrier; only the leader waits): the same bits when the leader waits for
+every byte, and unfilled slots when it does not. Last the atomic-add alternative: it
 needs a zeroed output before every call and its rounding depends on the order in which CTAs finish.
 """
 import sys
@@ -84,6 +86,32 @@ def cluster_combine(partials, order):
     return out
 
 
+def mbarrier_combine(partials, order, wait=True):
+    """cl = 2, one launch: the leader arms its mbarrier for (S - 1) x T x 4 bytes; CTA s > 0 sends its partial into
+    slot s - 1 of the leader's cbuf with st.async, which completes its bytes on that mbarrier, and leaves. The
+    leader sums once the count reaches 0 (wait = True); wait = False reads when its own partial is ready, a missing
+    wait. Returns out [R, T]."""
+    R, S, T = partials.shape
+    cbuf = np.full((R, S - 1, T), np.nan, np.float32)
+    pending = np.full(R, (S - 1) * T * 4)                           # mbarrier tx-count per row block
+    leader_in, summed = np.zeros(R, bool), np.zeros(R, bool)
+    out = np.full((R, T), np.nan, np.float32)
+    for rb, sidx, step in order:
+        if step != 0:
+            continue
+        if sidx > 0:
+            cbuf[rb, sidx - 1] = partials[rb, sidx]                # st.async ... complete_tx::bytes
+            pending[rb] -= T * 4
+        else:
+            leader_in[rb] = True                                   # the leader's own partial is summed
+        if leader_in[rb] and not summed[rb] and (pending[rb] == 0 or not wait):
+            o = partials[rb, 0].copy()
+            for s in range(1, S):
+                o = (o + cbuf[rb, s - 1]).astype(np.float32)
+            out[rb], summed[rb] = o, True
+    return out
+
+
 def atomic_add_launch(partials, out, order):
     """The alternative: every CTA does atomicAdd(out, partial) into an fp32 buffer that must start at 0."""
     for rb, sidx, step in order:
@@ -145,6 +173,16 @@ def main():
           "-0 (0 + -0 = +0), and a partial is never -0 (the MMA accumulators start at +0)")
     check(same == replays, f"cluster reduction over {replays} random store orders: bit-identical to the ticket "
                            f"path's fixed-order sum in {same} of {replays}; no workspace, no ticket, nothing to reset")
+
+    print("\n# cl = 2: st.async into the leader's shared memory, bytes counted on its mbarrier; only the leader waits")
+    outs = [mbarrier_combine(partials, interleaving(crng, R, S)) for _ in range(replays)]
+    same = sum(bool(np.array_equal(o.view(np.uint32), ref.view(np.uint32))) for o in outs)
+    check(same == replays, f"mbarrier reduction over {replays} random store orders: bit-identical to the ticket "
+                           f"path's fixed-order sum in {same} of {replays}")
+    early = [mbarrier_combine(partials, interleaving(crng, R, S), wait=False) for _ in range(replays)]
+    n_bad = sum(int(np.isnan(o).any()) for o in early)
+    check(n_bad > 0, f"without the mbarrier wait the leader sums slots not yet written (NaN) in {n_bad} of "
+                     f"{replays} launches")
 
     print("\n# Alternative: atomicAdd of each partial into a zeroed fp32 output")
     results = []
