@@ -1173,18 +1173,19 @@ NVCC_FLAGS = ["-O3", "-std=c++17", "-gencode=arch=compute_90,code=sm_90"]
 # Build: once per source text, cached by torch under $TORCH_EXTENSIONS_DIR (default
 # ~/.cache/torch_extensions/<python>_<cuda>/muse_gemv_<hash>). Set MUSE_BUILD=0 to skip (CPU tools).
 # ===================================================================================================
-def _source_hash():
+def _source_hash(kernel_src=KERNEL_SRC):
     import hashlib
-    h = hashlib.sha1((KERNEL_SRC + BIND_SRC + " ".join(NVCC_FLAGS)).encode()).hexdigest()
+    h = hashlib.sha1((kernel_src + BIND_SRC + " ".join(NVCC_FLAGS)).encode()).hexdigest()
     return h[:12]
 
 
-def build_extension(kernel_src=KERNEL_SRC, name=None, verbose=False):
-    """Compile KERNEL_SRC + BIND_SRC with load_inline; returns the module. Prints progress on a cold build.
-    (tools/trace_chain.py passes its own kernel source: the MUSE_TRACE build.)"""
+def build_extension(kernel_src=KERNEL_SRC, verbose=False):
+    """Compile kernel_src + BIND_SRC with load_inline, as muse_gemv_<hash of the source>; returns the module.
+    Prints progress on a cold build. (tools/trace_chain.py and tools/ab_define.py pass variants of KERNEL_SRC:
+    the MUSE_TRACE build, compile-time A/B switches; each gets its own cached build.)"""
     from torch.utils import cpp_extension
     from torch.utils.cpp_extension import load_inline, get_default_build_root
-    name = name or "muse_gemv_" + _source_hash()
+    name = "muse_gemv_" + _source_hash(kernel_src)
     try:
         bdir = cpp_extension._get_build_directory(name, verbose=False)
     except Exception:  # private helper: only used for the progress message

@@ -10,7 +10,6 @@ A variant may hold several names separated by '+'. Cases: 'layer:m[:plain|compre
 (tools/cases.py).
 """
 import argparse
-import hashlib
 import os
 import sys
 
@@ -30,11 +29,7 @@ def variant_source(variant):
 
 
 def build(variant):
-    src = variant_source(variant)
-    if src == S.KERNEL_SRC:
-        return S.build_extension()
-    name = "muse_ab_" + hashlib.sha1((src + S.BIND_SRC + " ".join(S.NVCC_FLAGS)).encode()).hexdigest()[:12]
-    return S.build_extension(src, name)
+    return S.build_extension(variant_source(variant))
 
 
 def main(argv=None):

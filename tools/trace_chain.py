@@ -16,7 +16,6 @@ CTAs' own globaltimer / clock64 ratio): until the first weights are in registers
 they were there already), then the first x (an L2 read after the wait), the rest of the main loop, CTA barrier, split-K combine (CTAs that store / that do not),
 store. Timestamps are thread 0's: the kernel's completion (every thread, memory flush) comes a little later.
 """
-import hashlib
 import os
 import statistics
 import sys
@@ -34,9 +33,7 @@ def traced_source(defines=()):
 
 
 def build(defines=()):
-    src = traced_source(defines)
-    name = "muse_trace_" + hashlib.sha1((src + S.BIND_SRC + " ".join(S.NVCC_FLAGS)).encode()).hexdigest()[:12]
-    return S.build_extension(src, name)
+    return S.build_extension(traced_source(defines))
 
 
 def trace_region(L, m):
