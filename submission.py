@@ -302,8 +302,8 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 // The warp does not reach griddepcontrol.wait before every load of its first batch has landed: chk folds one
 // word of each load, and a branch on it cannot issue before they are all in registers (its body is harmless if it
 // ever runs). gemvz_kernel does this (tools/ab_define.py, 2026-11-30: pooler m=1 12.55 -> 12.43 us, o_proj m=1
-// 6.75 -> 6.67; MUSE_NO_LAND_Z turns it off for an A/B); gemv_kernel only under MUSE_PREWAIT_LAND (an
-// experiment: the router went 2.95 -> 3.35 us with it).
+// 6.75 -> 6.67; MUSE_NO_LAND_Z turns it off for an A/B); gemv_kernel does not (the router went 2.95 -> 3.35 us
+// with it: NOTES.md, session 5).
 __device__ __forceinline__ void land_before_wait(uint32_t chk) {
   if (chk == 0x7fc00123u) asm volatile("nanosleep.u32 1;");
 }
@@ -613,18 +613,6 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
   }
   uint4 a[NH][U][R][2];
   load_wbatch<U, NH, R>(a, wp, wp2, rstride, 0);
-#ifdef MUSE_PREWAIT_LAND
-  {
-    uint32_t chk = 0;
-#pragma unroll
-    for (int h = 0; h < NH; h++)
-#pragma unroll
-      for (int u = 0; u < U; u++)
-#pragma unroll
-        for (int r = 0; r < R; r++) chk ^= a[h][u][r][0].x ^ a[h][u][r][1].x;
-    land_before_wait(chk);
-  }
-#endif
   pdl_wait();
   TR_G(1) TR_C(1)
 

@@ -3,8 +3,8 @@ prepended (an empty variant is the shipped source), built as its own extension; 
 times it (P copies >= 2 GB, one graph of P back-to-back calls, median of the replays) with each variant in two
 interleaved rounds, after a check of its output against the float64 reference.
 
-    python tools/ab_define.py --variant '' --variant MUSE_PREWAIT_LAND router:1 pooler:1 qkv_gate:1
-    python tools/ab_define.py --build-only --variant MUSE_PREWAIT_LAND      (fill the extension cache)
+    python tools/ab_define.py --variant '' --variant MUSE_NO_LAND_Z router:1 pooler:1 qkv_gate:1
+    python tools/ab_define.py --build-only --variant MUSE_NO_LAND_Z      (fill the extension cache)
 
 A variant may hold several names separated by '+'. Cases: 'layer:m[:plain|compressed][:field=value...]'
 (tools/cases.py).

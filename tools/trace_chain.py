@@ -5,7 +5,7 @@ compiles the hooks to nothing: same PTX). Each CTA stores its slot (12 u64) into
 P back-to-back calls (P copies, as SPEC times them) is traced after three warm-up replays.
 
     python tools/trace_chain.py router:1 pooler:1 router:1:nw=8:u=4
-    python tools/trace_chain.py --define MUSE_PREWAIT_LAND router:1     (a variant, as tools/ab_define.py)
+    python tools/trace_chain.py --define MUSE_NO_LAND_Z router:1     (a variant, as tools/ab_define.py)
     python tools/trace_chain.py --build-only [--define NAME]          (fill the extension cache)
     (cases: 'layer:m[:plain|compressed][:field=value...]', tools/cases.py; CUDA paths only)
 
