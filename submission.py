@@ -33,10 +33,12 @@ import torch
 # memory behind a cluster barrier; 2: the same cluster, the partials sent with st.async and counted on the
 # leader's mbarrier, no barrier at the end; 0: through a global workspace and a ticket) and co, the shared memory carveout the launch asks for
 # (cudaLaunchAttributePreferredSharedMemoryCarveout, percent of the SM's unified L1 / shared memory; -1: no
-# preference, the driver's choice)
-GemvConfig = collections.namedtuple("GemvConfig", "nw s u r pipe pf pdl cl co", defaults=(1, 0, -1))
-# gemvz_kernel<NW, UG, NB, R, PIPE>, likewise
-GemvzConfig = collections.namedtuple("GemvzConfig", "nw s ug r pipe pf pdl cl co", defaults=(1, 0, -1))
+# preference, the driver's choice), and wr, the template's WR: warps side by side along rows (a CTA holds R * WR
+# row blocks; its NW / WR warps of one row slot split the CTA's K slice, and warps of one K slice read the same x,
+# so L1 serves it to WR warps: 1 = every warp of the CTA on the same rows)
+GemvConfig = collections.namedtuple("GemvConfig", "nw s u r pipe pf pdl cl co wr", defaults=(1, 0, -1, 1))
+# gemvz_kernel<NW, UG, NB, R, PIPE, WR>, likewise
+GemvzConfig = collections.namedtuple("GemvzConfig", "nw s ug r pipe pf pdl cl co wr", defaults=(1, 0, -1, 1))
 
 # The Triton path (tri_gemv): bn weight rows per program, K step bk of one tl.dot, s split-K programs per column
 # block, Triton's num_warps / num_stages, mode "ticket" (fixed-order sum: deterministic) or "atomic" (fp32
@@ -47,6 +49,9 @@ TritonConfig = collections.namedtuple("TritonConfig", "bn bk s warps stages mode
 # (nw, u|ug, r, pipe) whose divisibility constraints hold. build.py compiles all of them for every NB.
 DEFAULT_GEMV = [(4, 1, 1, 2), (2, 1, 1, 2)]
 DEFAULT_GEMVZ = [(4, 1, 1, 2)]
+# build.py also compiles the first default of each kernel at NB = 2 with WR = TEST_WR (warps side by side along
+# rows), so that the GPU tests can force a WR > 1 config whatever the tables pick (tests/forced_configs.py).
+TEST_WR = 2
 SMEM_LIMIT = 48 * 1024        # static + dynamic shared memory of one CTA (no opt-in attribute needed)
 MAX_CLUSTER = 16              # CTAs per cluster: 8 is portable, 16 needs the non-portable opt-in (sm_90)
 MAX_M = 32                    # token blocks of 8: NB in {1, 2, 4}
@@ -343,19 +348,20 @@ __device__ __forceinline__ void load_zbatch(uint4 (&z)[UG][R][3], const uint4* w
     }
 }
 
-// Sum the NW streaming warps' partials parked in red[NW][P] (after the barrier): thread tid < NT takes
-// positions p = tid + j * NT, in the fixed warp order 0..NW-1.
-template <int NW, int P, int NT, int J>
-__device__ __forceinline__ void sum_warps(float4 (&res)[J], const float4 (&red)[NW][P]) {
+// Sum the streaming warps' partials parked in red[NW][PW] (after the barrier). Warp w holds row slot wr = w % WR
+// of the CTA and K slice wk = w / WR; CTA position p = wr * PW + q (q < PW, the warp's position) is the sum over
+// wk = 0..NW/WR-1 in that fixed order (ascending K). Thread tid < NT takes p = tid + j * NT, p < WR * PW.
+template <int NW, int WR, int PW, int NT, int J>
+__device__ __forceinline__ void sum_warps(float4 (&res)[J], const float4 (&red)[NW][PW]) {
   const int tid = threadIdx.x;
 #pragma unroll
   for (int j = 0; j < J; j++) {
-    const int p = tid + j * NT;
+    const int p = tid + j * NT, wr = p / PW, q = p % PW;
     res[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (tid < NT && p < P) {
+    if (tid < NT && p < WR * PW) {
 #pragma unroll
-      for (int wi = 0; wi < NW; wi++) {
-        const float4 v = red[wi][p];
+      for (int wk = 0; wk < NW / WR; wk++) {
+        const float4 v = red[wk * WR + wr][q];
         res[j].x += v.x; res[j].y += v.y; res[j].z += v.z; res[j].w += v.w;
       }
     }
@@ -565,42 +571,46 @@ __device__ __forceinline__ void combine_store(float4 (&res)[J], MuseTrace& tr_, 
 // ---- gemv_kernel: the plain BF16 tensor-core GEMV -------------------------------------------------
 // Contract: x bf16 [M, K] row-major, 16-byte aligned; w (and w2, the router's lo half) bf16 [N, K]
 // repacked by pack_plain into fragment order: [N/16][K/32][2 steps][32 lanes][8 bf16]; out [M, N],
-// bf16, or fp32 when DUAL; ws >= N/(16R) * S * R*NB*32 float4; sem >= N/(16R) ints, zero between calls.
-// Requires N % (16R) == 0, K/32 % (S*NW*U) == 0, M <= NB*8.
+// bf16, or fp32 when DUAL; ws >= N/16 * S * NB*32 float4; sem >= N/(16 R WR) ints, zero between calls.
+// Requires N % (16 R WR) == 0, NW % WR == 0, K/32 % (S*(NW/WR)*U) == 0, M <= NB*8.
 //
-//   grid (N/(16R), S): CTA (rg, sidx) = row blocks rg*R .. rg*R+R-1 x K blocks [sidx*KB/S, (sidx+1)*KB/S);
-//   cl = 1: clusters (1, S), split-K reduced in the leader's shared memory (cluster_combine), ws/sem unused
-//   CTA: NW warps; warp w streams K blocks kb0 + [0, KBW) of the slice for all R row blocks, U per trip
+//   grid (N/(16 R WR), S): CTA (rg, sidx) = row blocks rg*RC .. rg*RC+RC-1 (RC = R*WR) x K blocks
+//     [sidx*KB/S, (sidx+1)*KB/S); cl = 1, 2: clusters (1, S), split-K reduced in the leader (cluster_combine)
+//   CTA: NW warps; warp w = (wk, wr) = (w / WR, w % WR) streams K blocks kb0 + [0, KBW) (KBW = KB/S/(NW/WR), slice
+//     wk of the CTA's) for row blocks wr*R .. wr*R+R-1 of the CTA, U per trip; the WR warps of one wk read the
+//     same x (L1 serves the repeats)
 //   lane (g = lane>>2, t = lane&3): A fragment = rows g, g+8 of a block; B = x[token 8nb+g][8t..8t+7]
-//   end: warps -> smem red[NW][R*NB*32] -> sum over warps -> split-K combine -> store
+//   end: warps -> smem red[NW][R*NB*32] -> sum over wk, in order -> split-K combine -> store
 //
 // Why R: every CTA reads its K slice of x once from L2, so x costs (N/16R) * m * K * 2 bytes of L2->SM
 // traffic: at R = 1 and m = 32 that is twice the weight bytes, and the L2 path, not HBM, sets the time
 // (measured 2026-11-30: pooler 16.6 us at m=1, 27.5 us at m=32). R row blocks per warp reuse each x
-// fragment R times from registers.
+// fragment R times from registers; WR warps side by side along rows share it through L1 (no registers:
+// the compressed kernel runs out of them at R > 1).
 // PIPE: 0/3 load a batch of U blocks, then compute it (3: minBlocks 1); 1/2 software-pipelined, the
 // next batch's loads issued before this batch's mma (2: two CTAs per SM). The first batch (and, pf = 1,
 // an L2 prefetch of the warp's whole slice) is issued before pdl_wait: weights are constant after
 // prepare, so under PDL it overlaps the previous kernel's tail. Lab: labs/lab2_fragments.py, lab5.
-template <int NW, int U, int NB, int R, bool DUAL, int PIPE>
+template <int NW, int U, int NB, int R, bool DUAL, int PIPE, int WR>
 __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS(PIPE))
 gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4* __restrict__ w2,
             void* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem, int M, int N, int K, int S,
             int pf, int cl) {
   static_assert(PIPE >= 0 && PIPE <= 3, "PIPE is 0..3");
+  static_assert(NW % WR == 0, "WR divides NW");
   constexpr int NH = DUAL ? 2 : 1;
-  constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
+  constexpr int RC = R * WR, PW = R * NB * 32, P = RC * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
   MuseTrace tr_;  // MUSE_TRACE: thread 0's timestamps
   TR_G(0) TR_C(0)
   pdl_trigger();
   cluster_start<P>(cl, S);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  const int rg = blockIdx.x, sidx = blockIdx.y;
-  const int KB = K / 32, KBS = KB / S, KBW = KBS / NW;
-  const int kb0 = sidx * KBS + warp * KBW;
+  const int rg = blockIdx.x, sidx = blockIdx.y, wr = warp % WR, wk = warp / WR;
+  const int KB = K / 32, KBS = KB / S, KBW = KBS / (NW / WR);
+  const int kb0 = sidx * KBS + wk * KBW;
   const size_t rstride = (size_t)KB * 64;
-  const size_t woff = ((size_t)rg * R * KB + kb0) * 64 + lane;
+  const size_t woff = ((size_t)(rg * RC + wr * R) * KB + kb0) * 64 + lane;
   const uint4* wp = w + woff;
   const uint4* wp2 = DUAL ? (w2 + woff) : nullptr;
 
@@ -681,7 +691,7 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
     }
   }
 
-  __shared__ float4 red[NW][P];
+  __shared__ float4 red[NW][PW];
 #pragma unroll
   for (int r = 0; r < R; r++)
 #pragma unroll
@@ -696,19 +706,19 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
   __syncthreads();
   TR_C(3)
   float4 res[J];
-  sum_warps<NW, P, NT, J>(res, red);
-  combine_store<DUAL, false, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
+  sum_warps<NW, WR, PW, NT, J>(res, red);
+  combine_store<DUAL, false, NB, RC, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
 
 // ---- gemvz_kernel: the compressed GEMV with its exception warp ------------------------------------
 // Contract: x as gemv_kernel; w = pack_z's stream: [N/16][K/64][A0 32 units | A1 32 units | B 32 units]
 // of 16 B; the side table in CSR: row r's exceptions are esc[eptr[r] .. eptr[r+1]) = int2 {k, fp32 bits of
-// the correction}, k ascending; out bf16 [M, N]. Requires N % (16R) == 0, K/64 % (S*NW*UG) == 0.
+// the correction}, k ascending; out bf16 [M, N]. Requires N % (16 R WR) == 0, K/64 % (S*(NW/WR)*UG) == 0.
 //
 //   warps 0..NW-1 stream: per 64-wide group and row block, a lane loads A0, A1, B (48 B) and decodes 4
 //     fragments: f0 = decz(A0.x, A0.y, B.x), f1 = (A0.z, A0.w, B.y) -> K block 2G, steps 0/1; f2, f3 from
-//     A1 -> block 2G+1. Grid, R, PIPE and pf as gemv_kernel.
-//   warp NW (the exception warp): lane -> row r = lane & 15 of each of the R blocks, tokens p, p+2, ...
+//     A1 -> block 2G+1. Grid, R, WR, PIPE and pf as gemv_kernel.
+//   warp NW (the exception warp): lane -> row r = lane & 15 of each of the CTA's R*WR blocks, tokens p, p+2, ...
 //     (p = lane >> 4); adds correction x x[token][k] for its rows' exceptions in [klo, khi), in k order,
 //     into smem ecorr; one barrier; the corrections are added after the warps' reduction, before split-K.
 //     The side table is constant after prepare: its row offsets are read, and its first lines prefetched to
@@ -717,13 +727,14 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
 // An out-of-window weight decodes to a fixed in-window value v (+0 when the window holds zero);
 // prepare verified fl32(v + correction) == W for every one of them. dbg & 1 skips the corrections.
 // Lab: labs/lab3_compress.py (format, decz, the kernel in miniature).
-template <int NW, int UG, int NB, int R, int PIPE>
+template <int NW, int UG, int NB, int R, int PIPE, int WR>
 __global__ void __launch_bounds__((NW + 1) * 32, MIN_BLOCKS(PIPE))
 gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int* __restrict__ eptr,
              const int2* __restrict__ esc, bf16* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem,
              int M, int N, int K, int S, uint32_t TL, uint32_t TH, int dbg, int pf, int cl) {
   static_assert(PIPE >= 0 && PIPE <= 3, "PIPE is 0..3");
-  constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
+  static_assert(NW % WR == 0, "WR divides NW");
+  constexpr int RC = R * WR, PW = R * NB * 32, P = RC * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   constexpr int EC = NB == 4 ? 2 : 4;  // exception chunk: EC entries x NB*4 tokens of x in flight per lane
   extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
   MuseTrace tr_;  // MUSE_TRACE: thread 0's timestamps
@@ -732,17 +743,17 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   cluster_start<P>(cl, S);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int rg = blockIdx.x, sidx = blockIdx.y;
-  const int KG = K / 64, KGS = KG / S, KGW = KGS / NW;
-  __shared__ float4 red[NW][P];
-  __shared__ float ecorr[R * 16][NB * 8 + 1];  // +1: the 16 rows of a block land in 16 different banks
+  const int KG = K / 64, KGS = KG / S, KGW = KGS / (NW / WR);
+  __shared__ float4 red[NW][PW];
+  __shared__ float ecorr[RC * 16][NB * 8 + 1];  // +1: the 16 rows of a block land in 16 different banks
 
   if (warp == NW) {
     const int rl = lane & 15, p = lane >> 4;
     const int klo = sidx * KGS * 64, khi = klo + KGS * 64;
-    int beg[R], end[R];
+    int beg[RC], end[RC];
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-      const int row = (rg * R + r) * 16 + rl;
+    for (int r = 0; r < RC; r++) {
+      const int row = (rg * RC + r) * 16 + rl;
       beg[r] = __ldg(eptr + row);
       end[r] = __ldg(eptr + row + 1);
       if (!(dbg & 1) && beg[r] < end[r])
@@ -750,7 +761,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
     }
     pdl_wait();
 #pragma unroll
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; r < RC; r++) {
       float ea[NB * 4];
 #pragma unroll
       for (int q = 0; q < NB * 4; q++) ea[q] = 0.f;
@@ -785,9 +796,10 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
     }
   } else {
-    const int g0 = sidx * KGS + warp * KGW;
+    const int wr = warp % WR, wk = warp / WR;
+    const int g0 = sidx * KGS + wk * KGW;
     const size_t rstride = (size_t)KG * 96;
-    const uint4* wp = w + ((size_t)rg * R * KG + g0) * 96 + lane;
+    const uint4* wp = w + ((size_t)(rg * RC + wr * R) * KG + g0) * 96 + lane;
     if (pf && lane == 0) {
 #pragma unroll
       for (int r = 0; r < R; r++) prefetch_l2(wp + r * rstride, (uint32_t)KGW * 1536u);
@@ -866,7 +878,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   TR_C(3)
 
   float4 res[J];  // threads of the exception warp (tid >= NT) hold no position
-  sum_warps<NW, P, NT, J>(res, red);
+  sum_warps<NW, WR, PW, NT, J>(res, red);
 #pragma unroll
   for (int j = 0; j < J; j++) {
     const int p = tid + j * NT;
@@ -878,7 +890,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       res[j].w += ecorr[r * 16 + pg + 8][nbo * 8 + 2 * pt + 1];
     }
   }
-  combine_store<false, true, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
+  combine_store<false, true, NB, RC, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
 
 // ---- unpackz_kernel: decode the whole 12-bit stream back to bf16 [N, K] ---------------------------
@@ -972,75 +984,79 @@ static int func_attrs(const void* f, int* res) {
 }
 
 // ---- BEGIN GENERATED by build.py from tables/ctable.json + DEFAULT_GEMV: edit the table, not this ----
-// C3(NW, U, NB, R, DUAL, PIPE): one compiled gemv_kernel
+// C3(NW, U, NB, R, DUAL, PIPE, WR): one compiled gemv_kernel
 #define GEMV_CONFIGS(C3) \
-  C3(2, 1, 1, 1, false, 2) \
-  C3(2, 1, 1, 1, true, 2) \
-  C3(2, 1, 2, 1, false, 2) \
-  C3(2, 1, 2, 1, true, 2) \
-  C3(2, 1, 4, 1, false, 2) \
-  C3(2, 1, 4, 1, true, 2) \
-  C3(4, 1, 1, 1, false, 2) \
-  C3(4, 1, 1, 1, true, 2) \
-  C3(4, 1, 2, 1, false, 2) \
-  C3(4, 1, 2, 1, true, 2) \
-  C3(4, 1, 4, 1, false, 2) \
-  C3(4, 1, 4, 1, true, 2) \
-  C3(4, 4, 1, 1, false, 1) \
-  C3(4, 4, 2, 1, false, 3) \
-  C3(4, 4, 4, 1, false, 3) \
-  C3(8, 2, 4, 2, false, 3) \
-  C3(8, 4, 1, 2, false, 3) \
-  C3(8, 4, 2, 2, false, 3) \
-  C3(8, 4, 4, 2, true, 0) \
-  C3(16, 1, 1, 2, false, 2) \
-  C3(16, 1, 2, 2, false, 3) \
-  C3(16, 2, 1, 2, false, 0) \
-  C3(16, 2, 1, 2, true, 3) \
-  C3(16, 2, 2, 2, true, 3) \
-  C3(16, 4, 1, 2, false, 3)
+  C3(2, 1, 1, 1, false, 2, 1) \
+  C3(2, 1, 1, 1, true, 2, 1) \
+  C3(2, 1, 2, 1, false, 2, 1) \
+  C3(2, 1, 2, 1, true, 2, 1) \
+  C3(2, 1, 4, 1, false, 2, 1) \
+  C3(2, 1, 4, 1, true, 2, 1) \
+  C3(4, 1, 1, 1, false, 2, 1) \
+  C3(4, 1, 1, 1, true, 2, 1) \
+  C3(4, 1, 2, 1, false, 2, 1) \
+  C3(4, 1, 2, 1, false, 2, 2) \
+  C3(4, 1, 2, 1, true, 2, 1) \
+  C3(4, 1, 4, 1, false, 2, 1) \
+  C3(4, 1, 4, 1, true, 2, 1) \
+  C3(4, 4, 1, 1, false, 1, 1) \
+  C3(4, 4, 2, 1, false, 3, 1) \
+  C3(4, 4, 4, 1, false, 3, 1) \
+  C3(8, 2, 4, 2, false, 3, 1) \
+  C3(8, 4, 1, 2, false, 3, 1) \
+  C3(8, 4, 2, 2, false, 3, 1) \
+  C3(8, 4, 4, 2, true, 0, 1) \
+  C3(16, 1, 1, 2, false, 2, 1) \
+  C3(16, 1, 2, 2, false, 3, 1) \
+  C3(16, 2, 1, 2, false, 0, 1) \
+  C3(16, 2, 1, 2, true, 3, 1) \
+  C3(16, 2, 2, 2, true, 3, 1) \
+  C3(16, 4, 1, 2, false, 3, 1)
 // ---- END GENERATED ----
 
 // ---- BEGIN GENERATED by build.py from tables/ztable.json + DEFAULT_GEMVZ: edit the table, not this ----
-// Z3(NW, UG, NB, R, PIPE): one compiled gemvz_kernel
+// Z3(NW, UG, NB, R, PIPE, WR): one compiled gemvz_kernel
 #define GEMVZ_CONFIGS(Z3) \
-  Z3(4, 1, 1, 1, 2) \
-  Z3(4, 1, 1, 1, 3) \
-  Z3(4, 1, 2, 1, 2) \
-  Z3(4, 1, 2, 1, 3) \
-  Z3(4, 1, 4, 1, 2) \
-  Z3(4, 1, 4, 1, 3) \
-  Z3(4, 2, 1, 1, 1) \
-  Z3(4, 2, 2, 1, 3) \
-  Z3(8, 1, 1, 1, 1) \
-  Z3(8, 1, 1, 2, 2) \
-  Z3(8, 1, 2, 1, 3) \
-  Z3(8, 2, 1, 2, 3) \
-  Z3(16, 1, 1, 1, 2)
+  Z3(4, 1, 1, 1, 2, 1) \
+  Z3(4, 1, 1, 1, 3, 1) \
+  Z3(4, 1, 2, 1, 2, 1) \
+  Z3(4, 1, 2, 1, 2, 2) \
+  Z3(4, 1, 2, 1, 3, 1) \
+  Z3(4, 1, 4, 1, 2, 1) \
+  Z3(4, 1, 4, 1, 3, 1) \
+  Z3(4, 2, 1, 1, 1, 1) \
+  Z3(4, 2, 2, 1, 3, 1) \
+  Z3(8, 1, 1, 1, 1, 1) \
+  Z3(8, 1, 1, 2, 2, 1) \
+  Z3(8, 1, 2, 1, 3, 1) \
+  Z3(8, 2, 1, 2, 3, 1) \
+  Z3(16, 1, 1, 1, 2, 1)
 // ---- END GENERATED ----
 
 // Return codes: 0 launched, -1 config not compiled in, > 0 the cudaError_t of the launch.
-// cl = 1, 2: the S CTAs of a row group form a cluster (cluster_combine; cbuf = (S - 1) * R*NB*32 float4 of
+// A CTA holds R * WR row blocks: grid x = N / (16 R WR).
+// cl = 1, 2: the S CTAs of a row group form a cluster (cluster_combine; cbuf = (S - 1) * R*WR*NB*32 float4 of
 // dynamic shared memory); cl = 0: global workspace and ticket (splitk_combine).
 int gemv_dispatch(const void* x, const void* w, const void* w2, void* out, void* ws, void* sem, int M, int N, int K,
-                  int S, int NW, int U, int NB, int R, bool dual, int P, int pf, int cl, int co, bool pdl, cudaStream_t st) {
-#define LAUNCH_C3(NW_, U_, NB_, R_, D_, P_)                                                                    \
-  if (NW == NW_ && U == U_ && NB == NB_ && R == R_ && dual == D_ && P == P_)                                     \
-    return launch_pdl(gemv_kernel<NW_, U_, NB_, R_, D_, P_>, dim3(N / (16 * R_), S), dim3(NW_ * 32), st, pdl,      \
-                      cl ? S : 1, cl ? (size_t)(S - 1) * R_ * NB_ * 32 * 16 : 0, co, (const bf16*)x, (const uint4*)w, \
-                      (const uint4*)w2, out, (float4*)ws, (int*)sem, M, N, K, S, pf, cl);
+                  int S, int NW, int U, int NB, int R, bool dual, int P, int WR, int pf, int cl, int co, bool pdl,
+                  cudaStream_t st) {
+#define LAUNCH_C3(NW_, U_, NB_, R_, D_, P_, WR_)                                                                 \
+  if (NW == NW_ && U == U_ && NB == NB_ && R == R_ && dual == D_ && P == P_ && WR == WR_)                       \
+    return launch_pdl(gemv_kernel<NW_, U_, NB_, R_, D_, P_, WR_>, dim3(N / (16 * R_ * WR_), S), dim3(NW_ * 32), st, \
+                      pdl, cl ? S : 1, cl ? (size_t)(S - 1) * R_ * WR_ * NB_ * 32 * 16 : 0, co, (const bf16*)x,     \
+                      (const uint4*)w, (const uint4*)w2, out, (float4*)ws, (int*)sem, M, N, K, S, pf, cl);
   GEMV_CONFIGS(LAUNCH_C3)
 #undef LAUNCH_C3
   return -1;
 }
 
 int gemvz_dispatch(const void* x, const void* w, const void* eptr, const void* esc, void* out, void* ws, void* sem,
-                   int M, int N, int K, int S, int NW, int UG, int NB, int R, int P, uint32_t TL, uint32_t TH, int dbg,
-                   int pf, int cl, int co, bool pdl, cudaStream_t st) {
-#define LAUNCH_Z3(NW_, U_, NB_, R_, P_)                                                                     \
-  if (NW == NW_ && UG == U_ && NB == NB_ && R == R_ && P == P_)                                              \
-    return launch_pdl(gemvz_kernel<NW_, U_, NB_, R_, P_>, dim3(N / (16 * R_), S), dim3((NW_ + 1) * 32), st,    \
-                      pdl, cl ? S : 1, cl ? (size_t)(S - 1) * R_ * NB_ * 32 * 16 : 0, co, (const bf16*)x,       \
+                   int M, int N, int K, int S, int NW, int UG, int NB, int R, int P, int WR, uint32_t TL, uint32_t TH,
+                   int dbg, int pf, int cl, int co, bool pdl, cudaStream_t st) {
+#define LAUNCH_Z3(NW_, U_, NB_, R_, P_, WR_)                                                                 \
+  if (NW == NW_ && UG == U_ && NB == NB_ && R == R_ && P == P_ && WR == WR_)                                 \
+    return launch_pdl(gemvz_kernel<NW_, U_, NB_, R_, P_, WR_>, dim3(N / (16 * R_ * WR_), S), dim3((NW_ + 1) * 32), \
+                      st, pdl, cl ? S : 1, cl ? (size_t)(S - 1) * R_ * WR_ * NB_ * 32 * 16 : 0, co, (const bf16*)x, \
                       (const uint4*)w, (const int*)eptr, (const int2*)esc, (bf16*)out, (float4*)ws, (int*)sem, M, N, \
                       K, S, TL, TH, dbg, pf, cl);
   GEMVZ_CONFIGS(LAUNCH_Z3)
@@ -1049,19 +1065,19 @@ int gemvz_dispatch(const void* x, const void* w, const void* eptr, const void* e
 }
 
 // res = {registers, local (spill) bytes, static shared bytes, max threads}; same return codes.
-int gemv_attrs(int NW, int U, int NB, int R, bool dual, int P, int* res) {
-#define ATTRS_C3(NW_, U_, NB_, R_, D_, P_)                                  \
-  if (NW == NW_ && U == U_ && NB == NB_ && R == R_ && dual == D_ && P == P_) \
-    return func_attrs((const void*)gemv_kernel<NW_, U_, NB_, R_, D_, P_>, res);
+int gemv_attrs(int NW, int U, int NB, int R, bool dual, int P, int WR, int* res) {
+#define ATTRS_C3(NW_, U_, NB_, R_, D_, P_, WR_)                                            \
+  if (NW == NW_ && U == U_ && NB == NB_ && R == R_ && dual == D_ && P == P_ && WR == WR_) \
+    return func_attrs((const void*)gemv_kernel<NW_, U_, NB_, R_, D_, P_, WR_>, res);
   GEMV_CONFIGS(ATTRS_C3)
 #undef ATTRS_C3
   return -1;
 }
 
-int gemvz_attrs(int NW, int UG, int NB, int R, int P, int* res) {
-#define ATTRS_Z3(NW_, U_, NB_, R_, P_)                                \
-  if (NW == NW_ && UG == U_ && NB == NB_ && R == R_ && P == P_)        \
-    return func_attrs((const void*)gemvz_kernel<NW_, U_, NB_, R_, P_>, res);
+int gemvz_attrs(int NW, int UG, int NB, int R, int P, int WR, int* res) {
+#define ATTRS_Z3(NW_, U_, NB_, R_, P_, WR_)                                \
+  if (NW == NW_ && UG == U_ && NB == NB_ && R == R_ && P == P_ && WR == WR_) \
+    return func_attrs((const void*)gemvz_kernel<NW_, U_, NB_, R_, P_, WR_>, res);
   GEMVZ_CONFIGS(ATTRS_Z3)
 #undef ATTRS_Z3
   return -1;
@@ -1081,12 +1097,13 @@ BIND_SRC = r"""
 #include <cuda_runtime.h>
 
 int gemv_dispatch(const void* x, const void* w, const void* w2, void* out, void* ws, void* sem, int M, int N, int K,
-                  int S, int NW, int U, int NB, int R, bool dual, int P, int pf, int cl, int co, bool pdl, cudaStream_t st);
+                  int S, int NW, int U, int NB, int R, bool dual, int P, int WR, int pf, int cl, int co, bool pdl,
+                  cudaStream_t st);
 int gemvz_dispatch(const void* x, const void* w, const void* eptr, const void* esc, void* out, void* ws, void* sem,
-                   int M, int N, int K, int S, int NW, int UG, int NB, int R, int P, uint32_t TL, uint32_t TH, int dbg,
-                   int pf, int cl, int co, bool pdl, cudaStream_t st);
-int gemv_attrs(int NW, int U, int NB, int R, bool dual, int P, int* res);
-int gemvz_attrs(int NW, int UG, int NB, int R, int P, int* res);
+                   int M, int N, int K, int S, int NW, int UG, int NB, int R, int P, int WR, uint32_t TL, uint32_t TH,
+                   int dbg, int pf, int cl, int co, bool pdl, cudaStream_t st);
+int gemv_attrs(int NW, int U, int NB, int R, bool dual, int P, int WR, int* res);
+int gemvz_attrs(int NW, int UG, int NB, int R, int P, int WR, int* res);
 int unpackz_launch(const void* w, void* out, int N, int K, uint32_t TL, uint32_t TH, cudaStream_t st);
 
 static void check_rc(int rc, const std::string& what) {
@@ -1094,48 +1111,49 @@ static void check_rc(int rc, const std::string& what) {
   TORCH_CHECK(rc == 0, what, ": CUDA error ", cudaGetErrorString((cudaError_t)rc));
 }
 
-static std::string gemv_name(int64_t NW, int64_t U, int64_t NB, int64_t R, bool dual, int64_t P) {
+static std::string gemv_name(int64_t NW, int64_t U, int64_t NB, int64_t R, bool dual, int64_t P, int64_t WR) {
   return "gemv config C3(NW=" + std::to_string(NW) + ", U=" + std::to_string(U) + ", NB=" + std::to_string(NB) +
-         ", R=" + std::to_string(R) + ", DUAL=" + (dual ? "true" : "false") + ", PIPE=" + std::to_string(P) + ")";
+         ", R=" + std::to_string(R) + ", DUAL=" + (dual ? "true" : "false") + ", PIPE=" + std::to_string(P) +
+         ", WR=" + std::to_string(WR) + ")";
 }
 
-static std::string gemvz_name(int64_t NW, int64_t UG, int64_t NB, int64_t R, int64_t P) {
+static std::string gemvz_name(int64_t NW, int64_t UG, int64_t NB, int64_t R, int64_t P, int64_t WR) {
   return "gemvz config Z3(NW=" + std::to_string(NW) + ", UG=" + std::to_string(UG) + ", NB=" + std::to_string(NB) +
-         ", R=" + std::to_string(R) + ", PIPE=" + std::to_string(P) + ")";
+         ", R=" + std::to_string(R) + ", PIPE=" + std::to_string(P) + ", WR=" + std::to_string(WR) + ")";
 }
 
 void gemv(torch::Tensor x, torch::Tensor w, torch::Tensor w2, torch::Tensor out, torch::Tensor ws, torch::Tensor sem,
           int64_t N, int64_t K, int64_t NW, int64_t S, int64_t U, int64_t R, int64_t NB, bool dual, int64_t P,
-          int64_t pf, int64_t cl, int64_t co, bool pdl) {
+          int64_t WR, int64_t pf, int64_t cl, int64_t co, bool pdl) {
   const int rc = gemv_dispatch(x.data_ptr(), w.data_ptr(), w2.data_ptr(), out.data_ptr(), ws.data_ptr(), sem.data_ptr(),
                                (int)x.size(0), (int)N, (int)K, (int)S, (int)NW, (int)U, (int)NB, (int)R, dual, (int)P,
-                               (int)pf, (int)cl, (int)co, pdl, c10::cuda::getCurrentCUDAStream());
-  if (rc) check_rc(rc, gemv_name(NW, U, NB, R, dual, P));
+                               (int)WR, (int)pf, (int)cl, (int)co, pdl, c10::cuda::getCurrentCUDAStream());
+  if (rc) check_rc(rc, gemv_name(NW, U, NB, R, dual, P, WR));
 }
 
 void gemvz(torch::Tensor x, torch::Tensor w, torch::Tensor eptr, torch::Tensor esc, torch::Tensor out, torch::Tensor ws,
            torch::Tensor sem, int64_t N, int64_t K, int64_t NW, int64_t S, int64_t UG, int64_t R, int64_t NB, int64_t P,
-           int64_t TL, int64_t TH, int64_t dbg, int64_t pf, int64_t cl, int64_t co, bool pdl) {
+           int64_t WR, int64_t TL, int64_t TH, int64_t dbg, int64_t pf, int64_t cl, int64_t co, bool pdl) {
   const int rc = gemvz_dispatch(x.data_ptr(), w.data_ptr(), eptr.data_ptr(), esc.data_ptr(), out.data_ptr(), ws.data_ptr(),
                                 sem.data_ptr(), (int)x.size(0), (int)N, (int)K, (int)S, (int)NW, (int)UG, (int)NB,
-                                (int)R, (int)P, (uint32_t)TL, (uint32_t)TH, (int)dbg, (int)pf, (int)cl, (int)co, pdl,
-                                c10::cuda::getCurrentCUDAStream());
-  if (rc) check_rc(rc, gemvz_name(NW, UG, NB, R, P));
+                                (int)R, (int)P, (int)WR, (uint32_t)TL, (uint32_t)TH, (int)dbg, (int)pf, (int)cl, (int)co,
+                                pdl, c10::cuda::getCurrentCUDAStream());
+  if (rc) check_rc(rc, gemvz_name(NW, UG, NB, R, P, WR));
 }
 
-std::vector<int64_t> gemv_attrs_py(int64_t NW, int64_t U, int64_t NB, int64_t R, bool dual, int64_t P) {
+std::vector<int64_t> gemv_attrs_py(int64_t NW, int64_t U, int64_t NB, int64_t R, bool dual, int64_t P, int64_t WR) {
   int res[4] = {0, 0, 0, 0};
-  const int rc = gemv_attrs((int)NW, (int)U, (int)NB, (int)R, dual, (int)P, res);
+  const int rc = gemv_attrs((int)NW, (int)U, (int)NB, (int)R, dual, (int)P, (int)WR, res);
   if (rc == -1) return {};
-  check_rc(rc, gemv_name(NW, U, NB, R, dual, P));
+  check_rc(rc, gemv_name(NW, U, NB, R, dual, P, WR));
   return {res[0], res[1], res[2], res[3]};
 }
 
-std::vector<int64_t> gemvz_attrs_py(int64_t NW, int64_t UG, int64_t NB, int64_t R, int64_t P) {
+std::vector<int64_t> gemvz_attrs_py(int64_t NW, int64_t UG, int64_t NB, int64_t R, int64_t P, int64_t WR) {
   int res[4] = {0, 0, 0, 0};
-  const int rc = gemvz_attrs((int)NW, (int)UG, (int)NB, (int)R, (int)P, res);
+  const int rc = gemvz_attrs((int)NW, (int)UG, (int)NB, (int)R, (int)P, (int)WR, res);
   if (rc == -1) return {};
-  check_rc(rc, gemvz_name(NW, UG, NB, R, P));
+  check_rc(rc, gemvz_name(NW, UG, NB, R, P, WR));
   return {res[0], res[1], res[2], res[3]};
 }
 
@@ -1637,12 +1655,13 @@ def nb_of(m):
     return 1 if m <= 8 else 2 if m <= 16 else 4
 
 
-def smem_bytes(nw, nb, r, compressed, s=1, cl=0):
-    """Shared memory of one CTA: the warps' partials red[NW][R*NB*32] (+ the exception warp's ecorr), and with
-    cl the leader's cbuf[S - 1][R*NB*32] for the other CTAs of its cluster (+ the ticket flag and the cl = 2
-    mbarrier, 12 B, in every build)."""
+def smem_bytes(nw, nb, r, compressed, s=1, cl=0, wr=1):
+    """Shared memory of one CTA: the warps' partials red[NW][R*NB*32] (+ the exception warp's ecorr for the
+    CTA's R*WR row blocks), and with cl the leader's cbuf[S - 1][R*WR*NB*32] for the other CTAs of its cluster
+    (+ the ticket flag and the cl = 2 mbarrier, 12 B, in every build)."""
     part = r * nb * 32 * 16
-    return nw * part + (r * 16 * (nb * 8 + 1) * 4 if compressed else 0) + 4 + 8 + (s - 1) * part * (cl >= 1)
+    return (nw * part + (r * wr * 16 * (nb * 8 + 1) * 4 if compressed else 0) + 4 + 8
+            + (s - 1) * part * wr * (cl >= 1))
 
 
 def _split_fits(cfg, smem):
@@ -1659,24 +1678,36 @@ def _split_fits(cfg, smem):
     return None
 
 
+def _wr_bad(cfg):
+    if not (isinstance(cfg.wr, int) and cfg.wr >= 1 and cfg.nw % cfg.wr == 0):
+        return f"wr={cfg.wr!r}: expected a positive divisor of nw={cfg.nw}"
+    return None
+
+
 def gemv_fits(cfg, N, K, m):
     """Why a plain config cannot run this shape, or None if it can."""
     nb, KB = nb_of(m), K // 32
-    if N % (16 * cfg.r) or K % 32:
-        return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 32"
-    if KB % (cfg.s * cfg.nw * cfg.u):
-        return f"K/32={KB} not divisible by S*NW*U={cfg.s * cfg.nw * cfg.u}"
-    return _split_fits(cfg, smem_bytes(cfg.nw, nb, cfg.r, False, cfg.s, cfg.cl))
+    bad = _wr_bad(cfg)
+    if bad:
+        return bad
+    if N % (16 * cfg.r * cfg.wr) or K % 32:
+        return f"N={N} not a multiple of 16*R*WR={16 * cfg.r * cfg.wr}, or K={K} not a multiple of 32"
+    if KB % (cfg.s * cfg.nw // cfg.wr * cfg.u):
+        return f"K/32={KB} not divisible by S*(NW/WR)*U={cfg.s * cfg.nw // cfg.wr * cfg.u}"
+    return _split_fits(cfg, smem_bytes(cfg.nw, nb, cfg.r, False, cfg.s, cfg.cl, cfg.wr))
 
 
 def gemvz_fits(cfg, N, K, m):
     """Why a compressed config cannot run this shape, or None if it can."""
     nb, KG = nb_of(m), K // 64
-    if N % (16 * cfg.r) or K % 64:
-        return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 64"
-    if KG % (cfg.s * cfg.nw * cfg.ug):
-        return f"K/64={KG} not divisible by S*NW*UG={cfg.s * cfg.nw * cfg.ug}"
-    return _split_fits(cfg, smem_bytes(cfg.nw, nb, cfg.r, True, cfg.s, cfg.cl))
+    bad = _wr_bad(cfg)
+    if bad:
+        return bad
+    if N % (16 * cfg.r * cfg.wr) or K % 64:
+        return f"N={N} not a multiple of 16*R*WR={16 * cfg.r * cfg.wr}, or K={K} not a multiple of 64"
+    if KG % (cfg.s * cfg.nw // cfg.wr * cfg.ug):
+        return f"K/64={KG} not divisible by S*(NW/WR)*UG={cfg.s * cfg.nw // cfg.wr * cfg.ug}"
+    return _split_fits(cfg, smem_bytes(cfg.nw, nb, cfg.r, True, cfg.s, cfg.cl, cfg.wr))
 
 
 def default_config(N, K, m, compressed):
@@ -2074,9 +2105,9 @@ def kernel_fn(x, layer, out=None):
                            c, layer.dual, layer.pdl)
     if p.path == "plain":
         _EXT.gemv(x, layer.w, layer.w2, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.u, c.r, nb_of(m),
-                  layer.dual, c.pipe, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
+                  layer.dual, c.pipe, c.wr, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
     else:
         z = layer.z
         _EXT.gemvz(x, z.stream, z.eptr, z.esc, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.ug, c.r,
-                   nb_of(m), c.pipe, z.TL, z.TH, layer.dbg, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
+                   nb_of(m), c.pipe, c.wr, z.TL, z.TH, layer.dbg, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
     return out

@@ -4,8 +4,8 @@
 # usage: tools/device.sh [stages...]   stages: build tests judge judgefull judgetriton tune tunetriton rebuild
 #        excost sanitize ncu sweep trace ab sass prebuild (default: build tests judge); TUNE_ARGS, TTUNE_ARGS,
 #        NCU_CASES, SWEEP_ARGS, TRACE_CASES (may start with --define NAME), AB_VARIANTS (space-separated, '-' = shipped),
-#        AB_CASES and BUDGET. prebuild: the shipped, AB and traced extensions compiled in parallel
-#        (seconds) from the env
+#        AB_CASES and BUDGET (seconds) from the env. prebuild: the shipped, AB, traced (TRACE_CASES set) and tune
+#        (TUNE_ARGS set) extensions compiled in parallel
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; R="$OUT/run"; mkdir -p "$R"
@@ -58,7 +58,8 @@ for st in $stages; do
       av=(); for v in ${AB_VARIANTS:-}; do [ "$v" = - ] || av+=(--variant "$v"); done
       [ ${#av[@]} -gt 0 ] && PYTHONPATH=. python3 tools/ab_define.py --build-only "${av[@]}" >> "$R/prebuild.log" 2>&1 &
       td=(); set -- ${TRACE_CASES:-}; while [ "${1:-}" = --define ]; do td+=(--define "$2"); shift 2; done
-      PYTHONPATH=. python3 tools/trace_chain.py --build-only "${td[@]}" >> "$R/prebuild.log" 2>&1 &
+      [ -n "${TRACE_CASES:-}" ] && PYTHONPATH=. python3 tools/trace_chain.py --build-only "${td[@]}" >> "$R/prebuild.log" 2>&1 &
+      [ -n "${TUNE_ARGS:-}" ] && python3 tune.py --build-only ${TUNE_ARGS} >> "$R/prebuild.log" 2>&1 &
       wait; tail -8 "$R/prebuild.log" ;;
     sanitize)
       SANITIZE_CL=1 PYTHONPATH=. timeout ${RACE_S:-240} compute-sanitizer --tool racecheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/racecheck.log"
