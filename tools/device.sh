@@ -3,7 +3,7 @@
 # as one archive, $OUT/run.tgz (the device tool returns at most 8 files).
 # usage: tools/device.sh [stages...]   stages: build tests judge judgefull judgetriton tune tunetriton rebuild
 #        excost sanitize ncu sweep trace ab sass prebuild (default: build tests judge); TUNE_ARGS, TTUNE_ARGS,
-#        NCU_CASES, SWEEP_ARGS, TRACE_CASES (may start with --define NAME), AB_VARIANTS (space-separated, '-' = shipped),
+#        NCU_CASES, NCU_METRICS (extra, comma-separated), SWEEP_ARGS, TRACE_CASES (may start with --define NAME), AB_VARIANTS (space-separated, '-' = shipped),
 #        AB_CASES and BUDGET (seconds) from the env. prebuild: the shipped, AB, traced (TRACE_CASES set) and tune
 #        (TUNE_ARGS set) extensions compiled in parallel
 set -uo pipefail
@@ -41,7 +41,7 @@ for st in $stages; do
     ncu)
       PYTHONPATH=. timeout $(( $(left) - 10 )) ncu -k regex:gemv --cache-control all --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats \
-        --metrics dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sector_op_read_hit_rate.pct \
+        --metrics dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sector_op_read_hit_rate.pct${NCU_METRICS:+,$NCU_METRICS} \
         python3 tools/ncu_case.py ${NCU_CASES:-pooler:1} > "$R/ncu.log" 2>&1; tail -5 "$R/ncu.log" ;;
     sweep)
       PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/sweep_field.py ${SWEEP_ARGS:-} 2>&1 | tee "$R/sweep.log" ;;
