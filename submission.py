@@ -69,32 +69,32 @@ CTABLE = {
     ("router", 2): GemvConfig(nw=16, s=8, u=2, r=2, pipe=3, pf=0, pdl=1, cl=2),  # 2.98 us (hand-set: see the row's note in tables/)
     ("router", 4): GemvConfig(nw=16, s=8, u=2, r=2, pipe=3, pf=0, pdl=1, cl=2),  # 2.98 us (hand-set: see the row's note in tables/)
     ("router", 8): GemvConfig(nw=16, s=8, u=2, r=2, pipe=3, pf=0, pdl=1, cl=2),  # 2.64 us (hand-set: see the row's note in tables/)
-    ("router", 16): GemvConfig(nw=16, s=8, u=2, r=2, pipe=3, pf=0, pdl=1, cl=2),  # 3.22 us (hand-set: see the row's note in tables/)
-    ("router", 32): GemvConfig(nw=8, s=8, u=4, r=2, pipe=0, pf=0, pdl=1, cl=0),  # 5.55 us, runner-up 5.63 us
+    ("router", 16): GemvConfig(nw=16, s=8, u=2, r=2, pipe=3, pf=1, pdl=1, cl=2),  # 3.21 us, runner-up 3.23 us
+    ("router", 32): GemvConfig(nw=8, s=8, u=1, r=1, pipe=1, pf=0, pdl=1, cl=2),  # 5.42 us, runner-up 5.47 us
     ("qkv_gate", 1): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=2),  # 9.52 us (hand-set: see the row's note in tables/)
     ("qkv_gate", 2): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=2),  # 10.23 us (hand-set: see the row's note in tables/)
     ("qkv_gate", 4): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=2),  # 10.24 us (hand-set: see the row's note in tables/)
     ("qkv_gate", 8): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=2),  # 10.40 us (hand-set: see the row's note in tables/)
-    ("qkv_gate", 16): GemvConfig(nw=4, s=4, u=4, r=1, pipe=3, pf=0, pdl=1, cl=2),  # 10.05 us (hand-set: see the row's note in tables/)
-    ("qkv_gate", 32): GemvConfig(nw=4, s=2, u=4, r=1, pipe=3, pf=0, pdl=1, cl=1),  # 12.78 us (hand-set: see the row's note in tables/)
+    ("qkv_gate", 16): GemvConfig(nw=4, s=4, u=4, r=1, pipe=3, pf=0, pdl=1, cl=2),  # 10.12 us, runner-up 10.60 us
+    ("qkv_gate", 32): GemvConfig(nw=4, s=4, u=4, r=1, pipe=3, pf=0, pdl=1, cl=2, wr=2),  # 12.49 us, runner-up 12.54 us
     ("o_proj", 1): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 8.31 us, runner-up 8.41 us
     ("o_proj", 2): GemvConfig(nw=16, s=1, u=2, r=2, pipe=0, pf=0, pdl=1, cl=0),  # 8.55 us, runner-up 8.61 us
     ("o_proj", 4): GemvConfig(nw=16, s=1, u=1, r=2, pipe=2, pf=0, pdl=1, cl=0),  # 8.57 us, runner-up 8.60 us
     ("o_proj", 8): GemvConfig(nw=16, s=1, u=1, r=2, pipe=2, pf=0, pdl=1, cl=0),  # 8.58 us, runner-up 8.64 us
-    ("o_proj", 16): GemvConfig(nw=16, s=1, u=1, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 9.04 us, runner-up 9.17 us
-    ("o_proj", 32): GemvConfig(nw=8, s=1, u=2, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 10.26 us, runner-up 10.54 us
+    ("o_proj", 16): GemvConfig(nw=8, s=1, u=2, r=2, pipe=1, pf=0, pdl=1, cl=0),  # 8.82 us, runner-up 8.83 us
+    ("o_proj", 32): GemvConfig(nw=8, s=1, u=2, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 10.05 us, runner-up 10.21 us
     ("pooler", 1): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.48 us, runner-up 15.83 us
     ("pooler", 2): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.51 us, runner-up 15.86 us
     ("pooler", 4): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.62 us, runner-up 15.90 us
     ("pooler", 8): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.78 us, runner-up 15.98 us
-    ("pooler", 16): GemvConfig(nw=8, s=2, u=4, r=2, pipe=3, pf=0, pdl=1, cl=2),  # 16.09 us (hand-set: see the row's note in tables/)
-    ("pooler", 32): GemvConfig(nw=8, s=2, u=2, r=2, pipe=3, pf=0, pdl=1, cl=2),  # 17.40 us (hand-set: see the row's note in tables/)
+    ("pooler", 16): GemvConfig(nw=8, s=2, u=4, r=2, pipe=3, pf=0, pdl=1, cl=2),  # 16.31 us, runner-up 16.54 us
+    ("pooler", 32): GemvConfig(nw=8, s=2, u=2, r=2, pipe=3, pf=0, pdl=1, cl=2),  # 17.52 us, runner-up 18.10 us
     ("unpooler", 1): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.83 us, runner-up 16.20 us
     ("unpooler", 2): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.74 us, runner-up 16.07 us
     ("unpooler", 4): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.74 us, runner-up 16.13 us
     ("unpooler", 8): GemvConfig(nw=8, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.85 us, runner-up 16.25 us
-    ("unpooler", 16): GemvConfig(nw=16, s=1, u=1, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 16.41 us, runner-up 16.53 us
-    ("unpooler", 32): GemvConfig(nw=8, s=1, u=2, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 17.64 us, runner-up 17.91 us
+    ("unpooler", 16): GemvConfig(nw=16, s=1, u=1, r=2, pipe=0, pf=0, pdl=1, cl=0),  # 16.16 us, runner-up 16.33 us
+    ("unpooler", 32): GemvConfig(nw=8, s=1, u=2, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 17.16 us, runner-up 17.39 us
 }
 # ---- END GENERATED ----
 
@@ -144,19 +144,19 @@ ZTABLE = {
     ("o_proj", 2): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 6.88 us, runner-up 6.91 us
     ("o_proj", 4): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 6.92 us, runner-up 7.04 us
     ("o_proj", 8): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 7.02 us, runner-up 7.11 us
-    ("o_proj", 16): GemvzConfig(nw=4, s=1, ug=1, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 7.89 us, runner-up 7.94 us
-    ("o_proj", 32): GemvzConfig(nw=4, s=1, ug=1, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 9.69 us, runner-up 9.89 us
+    ("o_proj", 16): GemvzConfig(nw=4, s=1, ug=1, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 7.86 us, runner-up 8.00 us
+    ("o_proj", 32): GemvzConfig(nw=4, s=1, ug=1, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 9.65 us, runner-up 9.83 us
     ("pooler", 1): GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 12.55 us, runner-up 12.66 us
     ("pooler", 2): GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 12.72 us, runner-up 12.82 us
     ("pooler", 4): GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 12.83 us, runner-up 12.87 us
     ("pooler", 8): GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 13.33 us, runner-up 13.35 us
-    ("pooler", 16): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 15.15 us, runner-up 15.46 us
+    ("pooler", 16): GemvzConfig(nw=4, s=2, ug=1, r=1, pipe=3, pf=0, pdl=1, cl=2),  # 14.83 us, runner-up 15.09 us
     ("unpooler", 1): GemvzConfig(nw=8, s=1, ug=2, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 12.56 us, runner-up 12.57 us
     ("unpooler", 2): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=2, pf=0, pdl=1, cl=0),  # 12.67 us, runner-up 12.70 us
     ("unpooler", 4): GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=1, pf=0, pdl=1, cl=0),  # 12.77 us, runner-up 12.92 us
     ("unpooler", 8): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=2, pf=0, pdl=1, cl=0),  # 12.82 us, runner-up 12.84 us
-    ("unpooler", 16): GemvzConfig(nw=4, s=1, ug=2, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 13.77 us, runner-up 14.27 us
-    ("unpooler", 32): GemvzConfig(nw=4, s=1, ug=1, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 17.05 us, runner-up 17.69 us
+    ("unpooler", 16): GemvzConfig(nw=4, s=1, ug=2, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 13.81 us, runner-up 14.23 us
+    ("unpooler", 32): GemvzConfig(nw=4, s=1, ug=1, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 16.90 us, runner-up 17.35 us
 }
 # ---- END GENERATED ----
 
@@ -1001,13 +1001,14 @@ static int func_attrs(const void* f, int* res) {
   C3(4, 1, 4, 1, true, 2, 1) \
   C3(4, 4, 1, 1, false, 1, 1) \
   C3(4, 4, 2, 1, false, 3, 1) \
-  C3(4, 4, 4, 1, false, 3, 1) \
+  C3(4, 4, 4, 1, false, 3, 2) \
+  C3(8, 1, 4, 1, true, 1, 1) \
+  C3(8, 2, 2, 2, false, 1, 1) \
   C3(8, 2, 4, 2, false, 3, 1) \
   C3(8, 4, 1, 2, false, 3, 1) \
   C3(8, 4, 2, 2, false, 3, 1) \
-  C3(8, 4, 4, 2, true, 0, 1) \
   C3(16, 1, 1, 2, false, 2, 1) \
-  C3(16, 1, 2, 2, false, 3, 1) \
+  C3(16, 1, 2, 2, false, 0, 1) \
   C3(16, 2, 1, 2, false, 0, 1) \
   C3(16, 2, 1, 2, true, 3, 1) \
   C3(16, 2, 2, 2, true, 3, 1) \
@@ -1028,7 +1029,6 @@ static int func_attrs(const void* f, int* res) {
   Z3(4, 2, 2, 1, 3, 1) \
   Z3(8, 1, 1, 1, 1, 1) \
   Z3(8, 1, 1, 2, 2, 1) \
-  Z3(8, 1, 2, 1, 3, 1) \
   Z3(8, 2, 1, 2, 3, 1) \
   Z3(16, 1, 1, 1, 2, 1)
 // ---- END GENERATED ----
