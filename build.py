@@ -104,10 +104,10 @@ def t_picks(crows, zrows, trows):
                   and _us(r) < best[(r["layer"], r["m"])])
 
 
-CONFIG_DEFAULTS = {"r": 1, "pf": 0, "pdl": 1, "cl": 0, "co": -1, "wr": 1}
+CONFIG_DEFAULTS = {"r": 1, "pf": 0, "pdl": 1, "cl": 0, "co": -1}
 # Fields written into a literal only when a row sets them to something other than the default (rows tuned
 # before the field existed keep their literal as it was).
-OPTIONAL_FIELDS = ("co", "wr")
+OPTIONAL_FIELDS = ("co",)
 
 
 def cfg_of(row, f):
@@ -125,53 +125,46 @@ def table_literal(name, cls, fields, rows):
 
 
 def defaults():
-    """DEFAULT_GEMV / DEFAULT_GEMVZ read from submission.py's source (no import: no build, no torch), each with
-    the test instantiation (first default, NB = 2, WR = TEST_WR) appended as a 5-tuple (nw, u, r, pipe, wr)."""
+    """DEFAULT_GEMV / DEFAULT_GEMVZ read from submission.py's source (no import: no build, no torch)."""
     import ast
     tree = ast.parse(open(SUBMISSION).read())
     out = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and getattr(node.targets[0], "id", "") in (
-                "DEFAULT_GEMV", "DEFAULT_GEMVZ", "TEST_WR"):
+                "DEFAULT_GEMV", "DEFAULT_GEMVZ"):
             out[node.targets[0].id] = ast.literal_eval(node.value)
-    twr = out["TEST_WR"]
-    return ([tuple(d) + (1,) for d in out["DEFAULT_GEMV"]] + [tuple(out["DEFAULT_GEMV"][0]) + (twr,)],
-            [tuple(d) + (1,) for d in out["DEFAULT_GEMVZ"]] + [tuple(out["DEFAULT_GEMVZ"][0]) + (twr,)])
+    return out["DEFAULT_GEMV"], out["DEFAULT_GEMVZ"]
 
 
 def gemv_instances(crows, layers, default_gemv):
     inst = set()
     for r in crows:
         inst.add((cfg_of(r, "nw"), cfg_of(r, "u"), nb_of(r["m"]), cfg_of(r, "r"),
-                  layers[r["layer"]]["dtype"] == "fp32", cfg_of(r, "pipe"), cfg_of(r, "wr")))
-    for nw, u, rr, pipe, wr in default_gemv:
-        if wr > 1:                       # the test instantiation
-            inst.add((nw, u, 2, rr, False, pipe, wr))
-            continue
+                  layers[r["layer"]]["dtype"] == "fp32", cfg_of(r, "pipe")))
+    for nw, u, rr, pipe in default_gemv:
         for nb in (1, 2, 4):
             for dual in (False, True):
-                inst.add((nw, u, nb, rr, dual, pipe, 1))
+                inst.add((nw, u, nb, rr, dual, pipe))
     return sorted(inst)
 
 
 def gemvz_instances(zrows, default_gemvz):
-    inst = {(cfg_of(r, "nw"), cfg_of(r, "ug"), nb_of(r["m"]), cfg_of(r, "r"), cfg_of(r, "pipe"), cfg_of(r, "wr"))
-            for r in zrows}
-    for nw, ug, rr, pipe, wr in default_gemvz:
-        for nb in ((2,) if wr > 1 else (1, 2, 4)):
-            inst.add((nw, ug, nb, rr, pipe, wr))
+    inst = {(cfg_of(r, "nw"), cfg_of(r, "ug"), nb_of(r["m"]), cfg_of(r, "r"), cfg_of(r, "pipe")) for r in zrows}
+    for nw, ug, rr, pipe in default_gemvz:
+        for nb in (1, 2, 4):
+            inst.add((nw, ug, nb, rr, pipe))
     return sorted(inst)
 
 
 def c3_block(inst):
-    lines = ["// C3(NW, U, NB, R, DUAL, PIPE, WR): one compiled gemv_kernel", "#define GEMV_CONFIGS(C3) \\"]
-    body = [f"  C3({nw}, {u}, {nb}, {r}, {'true' if d else 'false'}, {p}, {wr})" for nw, u, nb, r, d, p, wr in inst]
+    lines = ["// C3(NW, U, NB, R, DUAL, PIPE): one compiled gemv_kernel", "#define GEMV_CONFIGS(C3) \\"]
+    body = [f"  C3({nw}, {u}, {nb}, {r}, {'true' if d else 'false'}, {p})" for nw, u, nb, r, d, p in inst]
     return "\n".join(lines + [b + " \\" for b in body[:-1]] + body[-1:])
 
 
 def z3_block(inst):
-    lines = ["// Z3(NW, UG, NB, R, PIPE, WR): one compiled gemvz_kernel", "#define GEMVZ_CONFIGS(Z3) \\"]
-    body = [f"  Z3({nw}, {ug}, {nb}, {r}, {p}, {wr})" for nw, ug, nb, r, p, wr in inst]
+    lines = ["// Z3(NW, UG, NB, R, PIPE): one compiled gemvz_kernel", "#define GEMVZ_CONFIGS(Z3) \\"]
+    body = [f"  Z3({nw}, {ug}, {nb}, {r}, {p})" for nw, ug, nb, r, p in inst]
     return "\n".join(lines + [b + " \\" for b in body[:-1]] + body[-1:])
 
 
@@ -196,10 +189,10 @@ def generate(text):
     picks = t_picks(crows, zrows, trows)
     dg, dz = defaults()
     text = replace_region(text, PY_BEGIN.format(src="ctable.json"), PY_END,
-                          table_literal("CTABLE", "GemvConfig", ("nw", "s", "u", "r", "pipe", "pf", "pdl", "cl", "co", "wr"),
+                          table_literal("CTABLE", "GemvConfig", ("nw", "s", "u", "r", "pipe", "pf", "pdl", "cl", "co"),
                                         crows))
     text = replace_region(text, PY_BEGIN.format(src="ztable.json"), PY_END,
-                          table_literal("ZTABLE", "GemvzConfig", ("nw", "s", "ug", "r", "pipe", "pf", "pdl", "cl", "co", "wr"),
+                          table_literal("ZTABLE", "GemvzConfig", ("nw", "s", "ug", "r", "pipe", "pf", "pdl", "cl", "co"),
                                         zwin))
     tlit = table_literal("TTABLE", "TritonConfig", ("bn", "bk", "s", "warps", "stages", "mode", "pdl"), trows)
     tlit += "\nTPICK = frozenset(" + ("{" + ", ".join(f"({json.dumps(l)}, {m})" for l, m in picks) + "}" if picks

@@ -42,8 +42,6 @@ US = (1, 2, 4)
 UGS = (1, 2, 4)
 RS = (1, 2, 4)
 PIPES = (0, 1, 2, 3)
-# Warps side by side along rows (WR): WR warps of a CTA read the same x through L1. --wr overrides.
-WRS = (1, 2, 4)
 # L2 prefetch of the warp's slice (pf = 1): not in the screen, tried on the finalists (it won only router shapes,
 # whose slice is one batch). --pf / --pf-final override.
 PFS = (0,)
@@ -57,12 +55,12 @@ RENAMED = ("gemv_dispatch", "gemvz_dispatch", "gemv_attrs", "gemvz_attrs", "unpa
 
 
 # ---- the candidate extension -----------------------------------------------------------------------
-def instances(nbs, duals, paths=("plain", "compressed"), wrs=WRS):
+def instances(nbs, duals, paths=("plain", "compressed")):
     """(kind, template args) of every candidate of the paths, minus those whose shared memory does not fit and
     the obviously register-starved ones (the compiler's spill report prunes the rest at run time). The router
-    (DUAL) is always plain. WR > 1 only for NB > 1 (m > 8): at m <= 8 x is a small share of the traffic."""
+    (DUAL) is always plain."""
     out = []
-    for nw, wr in ((nw, wr) for nw in NWS for wr in wrs if nw % wr == 0):
+    for nw in NWS:
         for nb in nbs:
             for r in RS:
                 for pipe in PIPES:
@@ -73,17 +71,15 @@ def instances(nbs, duals, paths=("plain", "compressed"), wrs=WRS):
                                 continue
                             frags = 8 * u * r * (2 if dual else 1) * (2 if pipelined else 1)
                             regs = frags + (4 * u * nb if pipelined else 4 * nb) + 4 * r * nb
-                            if wr > 1 and nb == 1:
-                                continue
-                            if regs <= 200 and sub.smem_bytes(nw, nb, r, False, wr=wr) <= sub.SMEM_LIMIT:
-                                out.append(("gemv", (nw, u, nb, r, dual, pipe, wr)))
-                    if False not in duals or "compressed" not in paths or (wr > 1 and nb == 1):
+                            if regs <= 200 and sub.smem_bytes(nw, nb, r, False) <= sub.SMEM_LIMIT:
+                                out.append(("gemv", (nw, u, nb, r, dual, pipe)))
+                    if False not in duals or "compressed" not in paths:
                         continue
                     for ug in UGS:
                         frags = 12 * ug * r * (2 if pipelined else 1)
                         regs = frags + (8 * ug * nb if pipelined else 8 * nb) + 4 * r * nb + 16
-                        if regs <= 200 and sub.smem_bytes(nw, nb, r, True, wr=wr) <= sub.SMEM_LIMIT:
-                            out.append(("gemvz", (nw, ug, nb, r, pipe, wr)))
+                        if regs <= 200 and sub.smem_bytes(nw, nb, r, True) <= sub.SMEM_LIMIT:
+                            out.append(("gemvz", (nw, ug, nb, r, pipe)))
     return out
 
 
@@ -104,17 +100,15 @@ def tune_sources(insts, nfiles):
         files.append(head + src)
     sig = {
         "gemv_dispatch": ("int", "const void* x, const void* w, const void* w2, void* out, void* ws, void* sem, int M, "
-                          "int N, int K, int S, int NW, int U, int NB, int R, bool dual, int P, int WR, int pf, int cl, int co, "
-                          "bool pdl, cudaStream_t st",
-                          "x, w, w2, out, ws, sem, M, N, K, S, NW, U, NB, R, dual, P, WR, pf, cl, co, pdl, st"),
+                          "int N, int K, int S, int NW, int U, int NB, int R, bool dual, int P, int pf, int cl, int co, bool pdl, "
+                          "cudaStream_t st",
+                          "x, w, w2, out, ws, sem, M, N, K, S, NW, U, NB, R, dual, P, pf, cl, co, pdl, st"),
         "gemvz_dispatch": ("int", "const void* x, const void* w, const void* eptr, const void* esc, void* out, void* ws, "
-                           "void* sem, int M, int N, int K, int S, int NW, int UG, int NB, int R, int P, int WR, uint32_t TL, "
+                           "void* sem, int M, int N, int K, int S, int NW, int UG, int NB, int R, int P, uint32_t TL, "
                            "uint32_t TH, int dbg, int pf, int cl, int co, bool pdl, cudaStream_t st",
-                           "x, w, eptr, esc, out, ws, sem, M, N, K, S, NW, UG, NB, R, P, WR, TL, TH, dbg, pf, cl, co, "
-                           "pdl, st"),
-        "gemv_attrs": ("int", "int NW, int U, int NB, int R, bool dual, int P, int WR, int* res",
-                       "NW, U, NB, R, dual, P, WR, res"),
-        "gemvz_attrs": ("int", "int NW, int UG, int NB, int R, int P, int WR, int* res", "NW, UG, NB, R, P, WR, res"),
+                           "x, w, eptr, esc, out, ws, sem, M, N, K, S, NW, UG, NB, R, P, TL, TH, dbg, pf, cl, co, pdl, st"),
+        "gemv_attrs": ("int", "int NW, int U, int NB, int R, bool dual, int P, int* res", "NW, U, NB, R, dual, P, res"),
+        "gemvz_attrs": ("int", "int NW, int UG, int NB, int R, int P, int* res", "NW, UG, NB, R, P, res"),
     }
     cpp = ["#include <cuda_runtime.h>", "#include <stdint.h>"]
     for name, (ret, params, args) in sig.items():
@@ -178,19 +172,18 @@ def s_options(kblocks, per_cta, row_groups):
     return out
 
 
-def candidates(ext, N, K, m, dual, compressed, pfs=PFS, wrs=WRS):
+def candidates(ext, N, K, m, dual, compressed, pfs=PFS):
     """Every compiled config that fits the shape and does not spill, with every S and pf in pfs; for S > 1 the
     cluster reduction (cl = 2), or the ticket (cl = 0) where the cluster's shared memory does not fit."""
     nb = sub.nb_of(m)
     out, spilled = [], 0
-    for nw, wr in ((nw, wr) for nw in NWS for wr in wrs if nw % wr == 0):
+    for nw in NWS:
         for u in (UGS if compressed else US):
             for r in RS:
-                if N % (16 * r * wr):
+                if N % (16 * r):
                     continue
                 for pipe in PIPES:
-                    a = (ext.gemvz_attrs(nw, u, nb, r, pipe, wr) if compressed
-                         else ext.gemv_attrs(nw, u, nb, r, dual, pipe, wr))
+                    a = ext.gemvz_attrs(nw, u, nb, r, pipe) if compressed else ext.gemv_attrs(nw, u, nb, r, dual, pipe)
                     if not a:
                         continue
                     if a[1] > 0:
@@ -199,14 +192,13 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, wrs=WRS):
                     if (nw + (1 if compressed else 0)) * 32 > a[3]:
                         continue                  # too many registers for this many threads: cannot launch
                     kblocks = K // 64 if compressed else K // 32
-                    for s in s_options(kblocks, nw // wr * u, N // (16 * r * wr)):
+                    for s in s_options(kblocks, nw * u, N // (16 * r)):
                         for pf in pfs:
                             # S > 1: the cluster reduction (cl=2, st.async + mbarrier: faster than or tied with
                             # cl=1 on all 9 cl=1 rows swept in session 5), and the ticket only where the cluster
                             # does not fit (session 2's sweep: every S > 1 winner took the cluster where it fit)
                             for cl in ((2, 0) if s > 1 else (0,)):
-                                c = (sub.GemvzConfig if compressed else sub.GemvConfig)(nw, s, u, r, pipe, pf, 1, cl,
-                                                                                       -1, wr)
+                                c = (sub.GemvzConfig if compressed else sub.GemvConfig)(nw, s, u, r, pipe, pf, 1, cl)
                                 if not (sub.gemvz_fits if compressed else sub.gemv_fits)(c, N, K, m):
                                     out.append(c)
                                     break
@@ -271,16 +263,14 @@ def main(argv=None):
     ap.add_argument("--keep", type=int, default=4, help="finalists per path")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--build-only", action="store_true",
-                    help="compile the candidate extension for these layers / m / paths / wr / nw, then stop "
+                    help="compile the candidate extension for these layers / m / paths / nw, then stop "
                          "(tools/device.sh prebuild: overlaps it with the shipped build)")
+    ap.add_argument("--nw", default=",".join(map(str, NWS)), help="warps per CTA to try")
     ap.add_argument("--budget-s", type=float, default=540, help="stop (tables saved) before this many seconds")
     ap.add_argument("--backend", choices=("cuda", "triton"), default="cuda")
     ap.add_argument("--paths", default="plain,compressed", help="CUDA paths to tune: plain, compressed or both")
     ap.add_argument("--pf", default=",".join(map(str, PFS)), help="L2 prefetch values to screen (0, 1)")
     ap.add_argument("--pf-final", default=",".join(map(str, FINAL_PFS)), help="L2 prefetch values for the finalists")
-    ap.add_argument("--wr", default=",".join(map(str, WRS)),
-                    help="warps side by side along rows (WR) to try; WR > 1 is compiled for m > 8 only")
-    ap.add_argument("--nw", default=",".join(map(str, NWS)), help="warps per CTA to try")
     ap.add_argument("--co-final", default=",".join(map(str, FINAL_COS)),
                     help="shared memory carveouts (-1 = driver's choice, 0..100 percent) for the finalists")
     args = ap.parse_args(argv)
@@ -299,17 +289,16 @@ def main(argv=None):
     fcos = tuple(int(v) for v in args.co_final.split(",") if v)
     if not all(-1 <= v <= 100 for v in fcos):
         ap.error(f"--co-final {args.co_final!r}: expected -1 or percentages 0..100")
-    wrs = tuple(int(v) for v in args.wr.split(",") if v)
     nws = tuple(int(v) for v in args.nw.split(",") if v)
-    if not wrs or not set(wrs) <= {1, 2, 4, 8, 16} or not nws or not set(nws) <= set(NWS):
-        ap.error(f"--wr {args.wr!r} / --nw {args.nw!r}: expected WR in 1,2,4,8,16 and NW in {NWS}")
+    if not nws or not set(nws) <= set(NWS):
+        ap.error(f"--nw {args.nw!r}: expected values in {NWS}")
     NWS = nws
     if args.backend == "triton":
         return tune_triton(args, layers, ms)
     t_start = time.time()
     duals = sorted({judge.LAYERS[l]["dtype"] == "fp32" for l in layers})
     nbs = sorted({sub.nb_of(m) for m in ms})
-    ext = build_tune_ext(instances(nbs, duals, paths, wrs))
+    ext = build_tune_ext(instances(nbs, duals, paths))
     if args.build_only:
         return 0
     sub._EXT = ext
@@ -338,17 +327,17 @@ def main(argv=None):
             t0 = time.time()
             line = ""
             if "plain" in paths or dual:
-                cp, sp = candidates(ext, N, K, m, dual, False, pfs, wrs)
+                cp, sp = candidates(ext, N, K, m, dual, False, pfs)
                 rp = tune_shape(Ls, m, x, cp, args.screen, args.full, args.keep, log, fpfs, fcos)
                 crow[(name, m)] = row_of(name, m, rp, dev, date)
                 line = (f"plain {rp[0][1]} {rp[0][0]:.2f} us (next {rp[1][0]:.2f}; {len(cp)} cands, {sp} spilled; "
-                        f"{best_by(rp, 'pf')}; {best_by(rp, 'co')}; {best_by(rp, 'pipe')}; {best_by(rp, 'wr')})")
+                        f"{best_by(rp, 'pf')}; {best_by(rp, 'co')}; {best_by(rp, 'pipe')})")
             if not dual and "compressed" in paths:
-                cz, sz = candidates(ext, N, K, m, dual, True, pfs, wrs)
+                cz, sz = candidates(ext, N, K, m, dual, True, pfs)
                 rz = tune_shape(Ls, m, x, cz, args.screen, args.full, args.keep, log, fpfs, fcos)
                 zrow[(name, m)] = row_of(name, m, rz, dev, date)
                 line += (f" | compressed {rz[0][1]} {rz[0][0]:.2f} us (next {rz[1][0]:.2f}; {len(cz)} cands, "
-                         f"{sz} spilled; {best_by(rz, 'pf')}; {best_by(rz, 'co')}; {best_by(rz, 'pipe')}; {best_by(rz, 'wr')})")
+                         f"{sz} spilled; {best_by(rz, 'pf')}; {best_by(rz, 'co')}; {best_by(rz, 'pipe')})")
             done += 1
             el = time.time() - t_start
             log(f"[tune {done}/{total}] {name} m={m}: {line}  [{time.time() - t0:.0f} s; {el:.0f} s in all]")

@@ -38,16 +38,15 @@ SMEM_LIMIT = 48 * 1024         # static + dynamic shared memory per CTA
 def check_row(kind, layer, m, config):
     """Problems of one table row (empty list if it is fine). kind: 'plain' (gemv_kernel) or 'compressed'
     (gemvz_kernel); layer: {"layer", "N", "K", "dtype"}; config: {"nw", "s", "u" | "ug", "pipe"} and optionally
-    "r" (row blocks per warp, default 1), "pf" (L2 prefetch, 0/1), "pdl" (0/1), "cl" (split-K: 0 ticket, 1 cluster barrier, 2 cluster mbarrier),
-    "wr" (warps side by side along rows, default 1: a CTA holds R * WR row blocks, NW / WR warps split its K)."""
+    "r" (row blocks per warp, default 1), "pf" (L2 prefetch, 0/1), "pdl" (0/1), "cl" (split-K: 0 ticket, 1 cluster barrier, 2 cluster mbarrier)."""
     name, N, K = layer.get("layer", "?"), layer["N"], layer["K"]
     where = f"{kind} row ('{name}', m={m})"
     probs = []
     if kind not in ("plain", "compressed"):
         return [f"{where}: kind must be 'plain' or 'compressed'"]
     ukey = "u" if kind == "plain" else "ug"
-    for key in ("nw", "s", ukey, "pipe", "r", "pf", "pdl", "cl", "wr"):
-        v = config.get(key, {"r": 1, "pf": 0, "pdl": 1, "cl": 0, "wr": 1}.get(key))
+    for key in ("nw", "s", ukey, "pipe", "r", "pf", "pdl", "cl"):
+        v = config.get(key, {"r": 1, "pf": 0, "pdl": 1, "cl": 0}.get(key))
         if not isinstance(v, int) or isinstance(v, bool) or v < (0 if key in ("pipe", "pf", "pdl", "cl") else 1):
             want = "non-negative" if key in ("pipe", "pf", "pdl", "cl") else "positive"
             probs.append(f"{where}: config field '{key}' = {v!r} is not a {want} int")
@@ -55,10 +54,6 @@ def check_row(kind, layer, m, config):
         return probs
     nw, s, u, pipe = config["nw"], config["s"], config[ukey], config["pipe"]
     r, pf, pdl, cl = config.get("r", 1), config.get("pf", 0), config.get("pdl", 1), config.get("cl", 0)
-    wr = config.get("wr", 1)
-    if nw % wr:
-        return [f"{where}: WR={wr} does not divide NW={nw}"]
-    wk = nw // wr                                        # warps along K
     if not 1 <= m <= 32:
         probs.append(f"{where}: m={m} outside 1..32")
     nb = nb_of(m)
@@ -68,26 +63,24 @@ def check_row(kind, layer, m, config):
         probs.append(f"{where}: pf={pf}, pdl={pdl}, cl={cl}: pf and pdl are 0 or 1, cl is 0, 1 or 2")
     if cl and not 2 <= s <= 16:
         probs.append(f"{where}: cl={cl} makes the S={s} CTAs of a row group one cluster: S must be 2..16")
-    if N % (16 * r * wr):
-        probs.append(f"{where}: N={N} not a multiple of 16*R*WR={16 * r * wr}")
-    # red[NW][R*NB*32] float4 (+ the exception warp's ecorr for R*WR blocks) (+ with cl the leader's
-    # cbuf[S-1][R*WR*NB*32])
-    smem = ((nw + (s - 1) * wr * (cl >= 1)) * r * nb * 32 * 16
-            + (r * wr * 16 * (nb * 8 + 1) * 4 if kind == "compressed" else 0) + 12)
+    if N % (16 * r):
+        probs.append(f"{where}: N={N} not a multiple of 16*R={16 * r}")
+    # red[NW][R*NB*32] float4 (+ the exception warp's ecorr) (+ with cl the leader's cbuf[S-1][R*NB*32])
+    smem = (nw + (s - 1) * (cl >= 1)) * r * nb * 32 * 16 + (r * 16 * (nb * 8 + 1) * 4 if kind == "compressed" else 0) + 12
     if smem > SMEM_LIMIT:
-        probs.append(f"{where}: shared memory (NW + cl*(S-1)*WR)*R*NB*512 B (+ ecorr) = {smem} B > {SMEM_LIMIT} B")
+        probs.append(f"{where}: shared memory (NW + cl*(S-1))*R*NB*512 B (+ ecorr) = {smem} B > {SMEM_LIMIT} B")
     if kind == "plain":
         if K % 32:
             probs.append(f"{where}: K={K} not a multiple of 32")
-        elif (K // 32) % (s * wk * u):
-            probs.append(f"{where}: K/32={K // 32} not divisible by S*(NW/WR)*U={s}*{wk}*{u}={s * wk * u}")
+        elif (K // 32) % (s * nw * u):
+            probs.append(f"{where}: K/32={K // 32} not divisible by S*NW*U={s}*{nw}*{u}={s * nw * u}")
     else:
         if layer.get("dtype") == "fp32":
             probs.append(f"{where}: fp32 weights take the DUAL plain path, never the compressed one")
         if K % 64:
             probs.append(f"{where}: K={K} not a multiple of 64")
-        elif (K // 64) % (s * wk * u):
-            probs.append(f"{where}: K/64={K // 64} not divisible by S*(NW/WR)*UG={s}*{wk}*{u}={s * wk * u}")
+        elif (K // 64) % (s * nw * u):
+            probs.append(f"{where}: K/64={K // 64} not divisible by S*NW*UG={s}*{nw}*{u}={s * nw * u}")
     return probs
 
 
@@ -95,8 +88,8 @@ def check_row(kind, layer, m, config):
 def launch_numbers(kind, layer, config):
     """Grid, warps, K per warp, bytes in flight per lane and per SM for one row."""
     N, K = layer["N"], layer["K"]
-    nw, s, r, wr = config["nw"], config["s"], config.get("r", 1), config.get("wr", 1)
-    ctas = N // (16 * r * wr) * s
+    nw, s, r = config["nw"], config["s"], config.get("r", 1)
+    ctas = N // (16 * r) * s
     if kind == "plain":
         dual = layer.get("dtype") == "fp32"             # the router streams hi and lo
         lane_bytes = config["u"] * r * 2 * 16 * (2 if dual else 1)
@@ -106,14 +99,14 @@ def launch_numbers(kind, layer, config):
         warps = nw + 1                                   # + the exception warp (it streams no weights)
     per_sm_ctas = min(math.ceil(ctas / SMS), MAX_CTAS_PER_SM)
     sm_bytes = 32 * nw * lane_bytes * per_sm_ctas        # streaming warps only
-    return dict(grid=(N // (16 * r * wr), s), ctas=ctas, warps=warps, k_per_warp=K // (s * nw // wr), lane_bytes=lane_bytes,
+    return dict(grid=(N // (16 * r), s), ctas=ctas, warps=warps, k_per_warp=K // (s * nw), lane_bytes=lane_bytes,
                 ctas_per_sm=per_sm_ctas, sm_bytes=sm_bytes, little=sm_bytes / LITTLE_PER_SM)
 
 
 def fmt_cfg(kind, c):
     u = f"u={c['u']}" if kind == "plain" else f"ug={c['ug']}"
     return (f"nw={c['nw']} s={c['s']} {u} r={c.get('r', 1)} pipe={c['pipe']} pf={c.get('pf', 0)} "
-            f"pdl={c.get('pdl', 1)} cl={c.get('cl', 0)}" + (f" wr={c['wr']}" if c.get("wr", 1) != 1 else ""))
+            f"pdl={c.get('pdl', 1)} cl={c.get('cl', 0)}")
 
 
 def print_row(kind, layer, m, config, note=""):

@@ -14,12 +14,3 @@ CLUSTER_CASES = [
     ("qkv_gate", 8, S.GemvzConfig(nw=_ZNW, s=4, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0)),
     ("pooler", 2, S.GemvzConfig(nw=_ZNW, s=2, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0)),
 ]
-
-# (layer, m, config) with WR = TEST_WR warps side by side along rows (build.py compiles the first default at NB = 2
-# with it): S = 1, and S > 1 with the ticket (cl=0) and the cluster (cl=2)
-WR_CASES = [
-    ("unpooler", 16, S.GemvConfig(nw=_NW, s=1, u=_U, r=_R, pipe=_PIPE, pf=0, wr=S.TEST_WR)),
-    ("qkv_gate", 12, S.GemvConfig(nw=_NW, s=4, u=_U, r=_R, pipe=_PIPE, pf=0, cl=2, wr=S.TEST_WR)),
-    ("pooler", 16, S.GemvzConfig(nw=_ZNW, s=1, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0, wr=S.TEST_WR)),
-    ("o_proj", 9, S.GemvzConfig(nw=_ZNW, s=2, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0, cl=2, wr=S.TEST_WR)),
-]

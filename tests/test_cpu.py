@@ -23,12 +23,11 @@ def _compiled(block):
 
 
 def _c3(cfg, m, dual):
-    return (str(cfg.nw), str(cfg.u), str(S.nb_of(m)), str(cfg.r), "true" if dual else "false", str(cfg.pipe),
-            str(cfg.wr))
+    return (str(cfg.nw), str(cfg.u), str(S.nb_of(m)), str(cfg.r), "true" if dual else "false", str(cfg.pipe))
 
 
 def _z3(cfg, m):
-    return (str(cfg.nw), str(cfg.ug), str(S.nb_of(m)), str(cfg.r), str(cfg.pipe), str(cfg.wr))
+    return (str(cfg.nw), str(cfg.ug), str(S.nb_of(m)), str(cfg.r), str(cfg.pipe))
 
 
 # ---- build.py / tables -----------------------------------------------------------------------------
@@ -68,14 +67,10 @@ def test_every_table_row_and_default_is_compiled_in():
     for nw, u, r, pipe in S.DEFAULT_GEMV:
         for nb in (1, 2, 4):
             for d in ("true", "false"):
-                assert (str(nw), str(u), str(nb), str(r), d, str(pipe), "1") in c3
+                assert (str(nw), str(u), str(nb), str(r), d, str(pipe)) in c3
     for nw, ug, r, pipe in S.DEFAULT_GEMVZ:
         for nb in (1, 2, 4):
-            assert (str(nw), str(ug), str(nb), str(r), str(pipe), "1") in z3
-    nw, u, r, pipe = S.DEFAULT_GEMV[0]
-    assert (str(nw), str(u), "2", str(r), "false", str(pipe), str(S.TEST_WR)) in c3
-    nw, ug, r, pipe = S.DEFAULT_GEMVZ[0]
-    assert (str(nw), str(ug), "2", str(r), str(pipe), str(S.TEST_WR)) in z3
+            assert (str(nw), str(ug), str(nb), str(r), str(pipe)) in z3
 
 
 def test_ztable_literal_holds_only_rows_that_beat_plain():
@@ -277,7 +272,7 @@ def test_judge_score_and_json_schema(tmp_path):
 
 
 def test_row_groups_need_n_divisible_by_16r_and_smem_to_fit():
-    assert "16*R*WR=64" in S.gemv_fits(S.GemvConfig(4, 1, 1, 4, 1, 0), 48, 1024, 1)
+    assert "16*R=64" in S.gemv_fits(S.GemvConfig(4, 1, 1, 4, 1, 0), 48, 1024, 1)
     assert S.gemv_fits(S.GemvConfig(4, 1, 1, 4, 1, 0), 64, 1024, 1) is None
     assert "shared memory" in S.gemv_fits(S.GemvConfig(16, 1, 1, 4, 1, 0), 1024, 8192, 32)
     assert "shared memory" in S.gemvz_fits(S.GemvzConfig(16, 1, 1, 4, 1, 0), 1024, 8192, 32)
@@ -363,17 +358,15 @@ def test_tune_times_each_finalist_at_every_final_pf_with_and_without_pdl(monkeyp
 
 def test_every_config_the_gpu_tests_force_is_compiled_in():
     from tests import forced_configs
-    cases = [(n, m, c._replace(cl=cl)) for n, m, c in forced_configs.CLUSTER_CASES for cl in (0, 1, 2)]
-    cases += [(n, m, c._replace(cl=cl)) for n, m, c in forced_configs.WR_CASES for cl in ((0, 2) if c.s > 1 else (0,))]
-    assert any(c.wr > 1 for _, _, c in cases)
-    for name, m, c in cases:
+    for name, m, cfg in forced_configs.CLUSTER_CASES:
         d = LAYERS[name]
-        if isinstance(c, S.GemvzConfig):
-            assert _z3(c, m) in _compiled("GEMVZ_CONFIGS"), (name, m, c)
-            assert S.gemvz_fits(c, d["N"], d["K"], m) is None, (name, m, c)
-        else:
-            assert _c3(c, m, d["dtype"] == "fp32") in _compiled("GEMV_CONFIGS"), (name, m, c)
-            assert S.gemv_fits(c, d["N"], d["K"], m) is None, (name, m, c)
+        for c in (cfg, cfg._replace(cl=1)):
+            if isinstance(c, S.GemvzConfig):
+                assert _z3(c, m) in _compiled("GEMVZ_CONFIGS"), (name, m, c)
+                assert S.gemvz_fits(c, d["N"], d["K"], m) is None, (name, m, c)
+            else:
+                assert _c3(c, m, d["dtype"] == "fp32") in _compiled("GEMV_CONFIGS"), (name, m, c)
+                assert S.gemv_fits(c, d["N"], d["K"], m) is None, (name, m, c)
 
 
 def test_tune_finalists_of_the_triton_sweep_have_no_pf(monkeypatch):
@@ -420,32 +413,6 @@ def test_tune_tries_each_final_carveout_on_each_finalist(monkeypatch):
     assert ranked[0][1] == S.GemvConfig(4, 1, 1, 1, 0, 0, 1, 0, 100)
     finals = [c for c, rep in timed if rep == 25]
     assert sorted((c.co, c.pdl) for c in finals) == [(-1, 0), (-1, 1), (100, 0), (100, 1)]
-
-
-def test_wr_needs_a_divisor_of_nw_rows_for_every_warp_and_k_for_every_k_slice():
-    c = S.GemvzConfig(nw=8, s=1, ug=1, r=1, pipe=2, pf=0, wr=4)
-    assert S.gemvz_fits(c, 4096, 8192, 16) is None
-    assert "wr=3" in S.gemvz_fits(c._replace(wr=3), 4096, 8192, 16)
-    assert "16*R*WR=128" in S.gemvz_fits(c._replace(r=2), 4160, 8192, 16)
-    # NW / WR = 2 warps along K: K/64 = 128 must divide by S * 2 * UG
-    assert S.gemvz_fits(c._replace(s=64), 4096, 8192, 16) is None
-    assert "S*(NW/WR)*UG=256" in S.gemvz_fits(c._replace(s=128), 4096, 8192, 16)
-    # the exception warp's ecorr and the leader's cbuf grow with WR
-    assert S.smem_bytes(8, 4, 1, True, 2, 2, wr=4) - S.smem_bytes(8, 4, 1, True, 2, 2, wr=1) == \
-        3 * 16 * 33 * 4 + 3 * 4 * 32 * 16
-    assert "wr=2" in S.gemv_fits(S.GemvConfig(nw=4, s=1, u=1, r=1, pipe=2, pf=0, wr=2)._replace(nw=3), 256, 8192, 1)
-
-
-def test_tune_offers_wr_only_where_it_divides_nw_and_only_at_nb_above_1():
-    import tune
-    inst = tune.instances([1, 2], [False], ("plain", "compressed"), (1, 2, 4))
-    assert {a[-1] for k, a in inst if a[2] == 1} == {1}
-    assert {a[-1] for k, a in inst if a[2] == 2} == {1, 2, 4}
-    d = LAYERS["unpooler"]
-    cands, _ = tune.candidates(_FakeExt(), d["N"], d["K"], 16, False, True, (0,), (1, 2, 4))
-    assert {c.wr for c in cands} == {1, 2, 4}
-    for c in cands:
-        assert c.nw % c.wr == 0 and S.gemvz_fits(c, d["N"], d["K"], 16) is None, c
 
 
 def test_tune_paths_compiles_only_the_asked_path():
