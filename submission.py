@@ -343,6 +343,16 @@ __device__ __forceinline__ void load_zbatch(uint4 (&z)[UG][R][3], const uint4* w
     }
 }
 
+// One batch of x fragments: for each of U trips' K blocks (KS k apart: 32 plain, 64 compressed) and token block
+// nb, 16 B at xr[nb] + (i + u) * KS + off.
+template <int U, int NB, int KS>
+__device__ __forceinline__ void load_xbatch(uint4 (&xv)[U][NB], const bf16* const (&xr)[NB], int i, int off = 0) {
+#pragma unroll
+  for (int u = 0; u < U; u++)
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) xv[u][nb] = ld_x(xr[nb] + (i + u) * KS + off);
+}
+
 // Sum the NW streaming warps' partials parked in red[NW][P] (after the barrier): thread tid < NT takes
 // positions p = tid + j * NT, in the fixed warp order 0..NW-1.
 template <int NW, int P, int NT, int J>
@@ -499,7 +509,7 @@ __device__ __forceinline__ void store_tile(void* __restrict__ out, float4 v, int
   }
 }
 
-#define MIN_BLOCKS(PIPE) ((PIPE) == 2 ? 2 : (PIPE) == 3 ? 1 : 0)
+#define MIN_BLOCKS(PIPE) ((PIPE) == 2 || (PIPE) == 5 ? 2 : (PIPE) == 3 ? 1 : 0)
 
 // ---- MUSE_TRACE (tools/trace_chain.py only; the shipped build never defines it) ------------------
 // Thread 0 of every CTA records when it starts, passes pdl_wait, has its first batch of weights and then its first x
@@ -579,7 +589,9 @@ __device__ __forceinline__ void combine_store(float4 (&res)[J], MuseTrace& tr_, 
 // (measured 2026-11-30: pooler 16.6 us at m=1, 27.5 us at m=32). R row blocks per warp reuse each x
 // fragment R times from registers.
 // PIPE: 0/3 load a batch of U blocks, then compute it (3: minBlocks 1); 1/2 software-pipelined, the
-// next batch's loads issued before this batch's mma (2: two CTAs per SM). The first batch (and, pf = 1,
+// next batch's weights issued before this batch's mma (2: two CTAs per SM); 4/5 = 1/2 with the next batch's
+// x issued with its weights, one trip ahead (registers for a second x batch: at m >= 16 a warp waits on its x
+// loads, ncu 2026-12-01: 4.3 of 9.0 cycles between issues on an L1TEX scoreboard). The first batch (and, pf = 1,
 // an L2 prefetch of the warp's whole slice) is issued before pdl_wait: weights are constant after
 // prepare, so under PDL it overlaps the previous kernel's tail. Lab: labs/lab2_fragments.py, lab5.
 template <int NW, int U, int NB, int R, bool DUAL, int PIPE>
@@ -587,7 +599,7 @@ __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS(PIPE))
 gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4* __restrict__ w2,
             void* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem, int M, int N, int K, int S,
             int pf, int cl) {
-  static_assert(PIPE >= 0 && PIPE <= 3, "PIPE is 0..3");
+  static_assert(PIPE >= 0 && PIPE <= 5, "PIPE is 0..5");
   constexpr int NH = DUAL ? 2 : 1;
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
@@ -652,14 +664,16 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
       }
     }
   } else {
+    constexpr bool XAHEAD = PIPE >= 4;
+    uint4 xv[U][NB];
+    if constexpr (XAHEAD) load_xbatch<U, NB, 32>(xv, xr, 0);
     for (int i = 0; i < KBW; i += U) {
-      uint4 xv[U][NB];
-#pragma unroll
-      for (int u = 0; u < U; u++)
-#pragma unroll
-        for (int nb = 0; nb < NB; nb++) xv[u][nb] = ld_x(xr[nb] + (i + u) * 32);
-      uint4 na[NH][U][R][2];
-      if (i + U < KBW) load_wbatch<U, NH, R>(na, wp, wp2, rstride, i + U);
+      if constexpr (!XAHEAD) load_xbatch<U, NB, 32>(xv, xr, i);
+      uint4 na[NH][U][R][2], nxv[U][NB];
+      if (i + U < KBW) {
+        load_wbatch<U, NH, R>(na, wp, wp2, rstride, i + U);
+        if constexpr (XAHEAD) load_xbatch<U, NB, 32>(nxv, xr, i + U);
+      }
       TR_ARRIVED(i == 0, a[0][0][0][0].x, xv[0][0].x)
 #pragma unroll
       for (int u = 0; u < U; u++)
@@ -678,6 +692,12 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
         for (int u = 0; u < U; u++)
 #pragma unroll
           for (int r = 0; r < R; r++) { a[h][u][r][0] = na[h][u][r][0]; a[h][u][r][1] = na[h][u][r][1]; }
+      if constexpr (XAHEAD) {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+          for (int nb = 0; nb < NB; nb++) xv[u][nb] = nxv[u][nb];
+      }
     }
   }
 
@@ -722,7 +742,7 @@ __global__ void __launch_bounds__((NW + 1) * 32, MIN_BLOCKS(PIPE))
 gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int* __restrict__ eptr,
              const int2* __restrict__ esc, bf16* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem,
              int M, int N, int K, int S, uint32_t TL, uint32_t TH, int dbg, int pf, int cl) {
-  static_assert(PIPE >= 0 && PIPE <= 3, "PIPE is 0..3");
+  static_assert(PIPE >= 0 && PIPE <= 5, "PIPE is 0..5");
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   constexpr int EC = NB == 4 ? 2 : 4;  // exception chunk: EC entries x NB*4 tokens of x in flight per lane
   extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
@@ -833,17 +853,16 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         }
       }
     } else {
+      constexpr bool XAHEAD = PIPE >= 4;
+      uint4 xa[UG][NB], xb[UG][NB];  // k 0..31 and 32..63 of each group
+      if constexpr (XAHEAD) { load_xbatch<UG, NB, 64>(xa, xr, 0); load_xbatch<UG, NB, 64>(xb, xr, 0, 32); }
       for (int i = 0; i < KGW; i += UG) {
-        uint4 xa[UG][NB], xb[UG][NB];
-#pragma unroll
-        for (int u = 0; u < UG; u++)
-#pragma unroll
-          for (int nb = 0; nb < NB; nb++) {
-            xa[u][nb] = ld_x(xr[nb] + (i + u) * 64);
-            xb[u][nb] = ld_x(xr[nb] + (i + u) * 64 + 32);
-          }
-        uint4 nz[UG][R][3];
-        if (i + UG < KGW) load_zbatch<UG, R>(nz, wp, rstride, i + UG);
+        if constexpr (!XAHEAD) { load_xbatch<UG, NB, 64>(xa, xr, i); load_xbatch<UG, NB, 64>(xb, xr, i, 32); }
+        uint4 nz[UG][R][3], nxa[UG][NB], nxb[UG][NB];
+        if (i + UG < KGW) {
+          load_zbatch<UG, R>(nz, wp, rstride, i + UG);
+          if constexpr (XAHEAD) { load_xbatch<UG, NB, 64>(nxa, xr, i + UG); load_xbatch<UG, NB, 64>(nxb, xr, i + UG, 32); }
+        }
         TR_ARRIVED(i == 0, z[0][0][0].x, xa[0][0].x)
 #pragma unroll
         for (int u = 0; u < UG; u++)
@@ -853,6 +872,12 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         for (int u = 0; u < UG; u++)
 #pragma unroll
           for (int r = 0; r < R; r++) { z[u][r][0] = nz[u][r][0]; z[u][r][1] = nz[u][r][1]; z[u][r][2] = nz[u][r][2]; }
+        if constexpr (XAHEAD) {
+#pragma unroll
+          for (int u = 0; u < UG; u++)
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++) { xa[u][nb] = nxa[u][nb]; xb[u][nb] = nxb[u][nb]; }
+        }
       }
     }
 #pragma unroll

@@ -10,7 +10,7 @@
     python build.py                         # then regenerate submission.py from the tables
 
 How: one extension holds every candidate instantiation (plain NW in {4, 8, 16} x U in {1, 2, 4, 8} x
-PIPE 0..3; compressed NW in {4, 8, 16} x UG in {1, 2, 4} x PIPE 0..3; for the NB and DUAL the selected
+PIPE 0..5; compressed NW in {4, 8, 16} x UG in {1, 2, 4} x PIPE 0..5; for the NB and DUAL the selected
 shapes need), compiled from submission.KERNEL_SRC split over several .cu files so ninja builds them on all
 cores. Candidates that spill (local memory > 0, as the compiler reports) are dropped. Each candidate, with
 every S that divides K and each screen pf (--pf), is screened with a light replay count of SPEC's timing (P
@@ -41,7 +41,7 @@ NWS = (4, 8, 16)
 US = (1, 2, 4)
 UGS = (1, 2, 4)
 RS = (1, 2, 4)
-PIPES = (0, 1, 2, 3)
+PIPES = (0, 1, 2, 3, 4, 5)
 # L2 prefetch of the warp's slice (pf = 1): not in the screen, tried on the finalists (it won only router shapes,
 # whose slice is one batch). --pf / --pf-final override.
 PFS = (0,)
@@ -64,20 +64,21 @@ def instances(nbs, duals, paths=("plain", "compressed")):
         for nb in nbs:
             for r in RS:
                 for pipe in PIPES:
-                    pipelined = pipe in (1, 2)
+                    pipelined = pipe in (1, 2, 4, 5)
+                    xbufs = 2 if pipe >= 4 else 1          # PIPE 4/5: the next trip's x in flight too
                     for u in US:
                         for dual in duals:
                             if not dual and "plain" not in paths:
                                 continue
                             frags = 8 * u * r * (2 if dual else 1) * (2 if pipelined else 1)
-                            regs = frags + (4 * u * nb if pipelined else 4 * nb) + 4 * r * nb
+                            regs = frags + (4 * u * nb * xbufs if pipelined else 4 * nb) + 4 * r * nb
                             if regs <= 200 and sub.smem_bytes(nw, nb, r, False) <= sub.SMEM_LIMIT:
                                 out.append(("gemv", (nw, u, nb, r, dual, pipe)))
                     if False not in duals or "compressed" not in paths:
                         continue
                     for ug in UGS:
                         frags = 12 * ug * r * (2 if pipelined else 1)
-                        regs = frags + (8 * ug * nb if pipelined else 8 * nb) + 4 * r * nb + 16
+                        regs = frags + (8 * ug * nb * xbufs if pipelined else 8 * nb) + 4 * r * nb + 16
                         if regs <= 200 and sub.smem_bytes(nw, nb, r, True) <= sub.SMEM_LIMIT:
                             out.append(("gemvz", (nw, ug, nb, r, pipe)))
     return out
@@ -237,6 +238,22 @@ def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=(), final_cos
     return fin + res[keep:]
 
 
+def verified(Ls, m, x, ranked, log):
+    """ranked without the leading configs whose output misses SPEC's tolerance against the float64 reference
+    (each one dropped is logged as WRONG): the winner that goes to the tables is a checked one."""
+    ref = judge.reference(x, Ls[0].weight)
+    while ranked:
+        cfg = ranked[0][1]
+        Ls[0].set_config(m, cfg)
+        try:
+            judge.check_close(sub.kernel_fn(x, Ls[0]), ref, Ls[0].dual, f"{Ls[0].name} m={m} {cfg}")
+            return ranked
+        except judge.CheckFailed as e:
+            log(f"    WRONG (dropped): {e}")
+            ranked = ranked[1:]
+    raise SystemExit(f"[tune] {Ls[0].name} m={m}: no candidate passed the accuracy check")
+
+
 def best_by(ranked, field):
     """'pf 0: 9.10, 1: 9.32, ...': the best time at each value of a config field (finalists re-timed, the rest
     screened)."""
@@ -328,13 +345,13 @@ def main(argv=None):
             line = ""
             if "plain" in paths or dual:
                 cp, sp = candidates(ext, N, K, m, dual, False, pfs)
-                rp = tune_shape(Ls, m, x, cp, args.screen, args.full, args.keep, log, fpfs, fcos)
+                rp = verified(Ls, m, x, tune_shape(Ls, m, x, cp, args.screen, args.full, args.keep, log, fpfs, fcos), log)
                 crow[(name, m)] = row_of(name, m, rp, dev, date)
                 line = (f"plain {rp[0][1]} {rp[0][0]:.2f} us (next {rp[1][0]:.2f}; {len(cp)} cands, {sp} spilled; "
                         f"{best_by(rp, 'pf')}; {best_by(rp, 'co')}; {best_by(rp, 'pipe')})")
             if not dual and "compressed" in paths:
                 cz, sz = candidates(ext, N, K, m, dual, True, pfs)
-                rz = tune_shape(Ls, m, x, cz, args.screen, args.full, args.keep, log, fpfs, fcos)
+                rz = verified(Ls, m, x, tune_shape(Ls, m, x, cz, args.screen, args.full, args.keep, log, fpfs, fcos), log)
                 zrow[(name, m)] = row_of(name, m, rz, dev, date)
                 line += (f" | compressed {rz[0][1]} {rz[0][0]:.2f} us (next {rz[1][0]:.2f}; {len(cz)} cands, "
                          f"{sz} spilled; {best_by(rz, 'pf')}; {best_by(rz, 'co')}; {best_by(rz, 'pipe')})")

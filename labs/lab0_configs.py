@@ -57,8 +57,8 @@ def check_row(kind, layer, m, config):
     if not 1 <= m <= 32:
         probs.append(f"{where}: m={m} outside 1..32")
     nb = nb_of(m)
-    if pipe > 3:
-        probs.append(f"{where}: PIPE={pipe} not in 0..3")
+    if pipe > 5:
+        probs.append(f"{where}: PIPE={pipe} not in 0..5")
     if pf > 1 or pdl > 1 or cl > 2:
         probs.append(f"{where}: pf={pf}, pdl={pdl}, cl={cl}: pf and pdl are 0 or 1, cl is 0, 1 or 2")
     if cl and not 2 <= s <= 16:

@@ -471,3 +471,25 @@ def test_tool_summary_lists_both_rounds_and_the_fastest():
     import cases
     cols, best = cases.summary({1: [2.0, 1.5], 2: [1.7, 1.8]}, lambda v: f"cl={v}")
     assert cols == "cl=1: 2.00/1.50  cl=2: 1.70/1.80" and best == 1
+
+
+def test_tune_drops_a_winner_whose_output_is_wrong(monkeypatch):
+    import tune
+
+    class L:
+        name, dual = "t", False
+        weight = torch.randn(32, 64).to(torch.bfloat16)
+
+        def set_config(self, m, cfg):
+            self.cfg = cfg
+
+    layer = L()
+    x = torch.randn(2, 64).to(torch.bfloat16)
+    good = judge.reference(x, layer.weight).to(torch.bfloat16)
+    monkeypatch.setattr(tune.sub, "kernel_fn", lambda x, L: good * (2 if L.cfg.nw == 8 else 1))
+    ranked = [(1.0, S.GemvConfig(8, 1, 1, 1, 2, 0)), (1.1, S.GemvConfig(4, 1, 1, 1, 2, 0))]
+    logged = []
+    assert tune.verified([layer], 2, x, ranked, logged.append) == ranked[1:]
+    assert "WRONG" in logged[0] and "nw=8" in logged[0]
+    with pytest.raises(SystemExit, match="no candidate passed"):
+        tune.verified([layer], 2, x, ranked[:1], logged.append)
