@@ -392,7 +392,7 @@ def tune_triton(args, layers, ms):
             cands = triton_candidates(N, K, m, dual)
             ranked = tune_shape(Ls, m, x, cands, args.screen, args.full, args.keep, lambda s: print(s, flush=True))
             # SPEC wants bit-identical repeats: only ticket mode may win; atomic mode is measured for comparison
-            ticket = [r for r in ranked if r[1].mode == "ticket"]
+            ticket = verified(Ls, m, x, [r for r in ranked if r[1].mode == "ticket"], lambda s: print(s, flush=True))
             atomic = [r for r in ranked if r[1].mode == "atomic"]
             row = row_of(name, m, ticket, dev, date)
             if atomic:
