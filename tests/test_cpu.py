@@ -444,6 +444,11 @@ def test_trace_chain_sources_and_analysis():
     assert (a["launches"], a["period"], a["gap"], a["crit"], a["early"]) == (3, 3000, 500, 2500, 1500)
     assert (a["loop"], a["barrier"], a["combine_store"], a["ns_per_cycle"]) == (500, 50, 150, 0.5)
     assert (a["weights_in"], a["weights_in_p90"], a["x_in"], a["loop_rest"]) == (50, 100, 250, 200)
+    assert a["sm_end"] == {2: (2500, 1.0)} and a["sm_tail"] == 0     # both CTAs on SM 0 (word 11 bits 32..47)
+    for t in launches:                      # CTA 1 on SM 3 instead: two SMs of one CTA; CTA 0's SM ends last
+        t[1, 11] |= 3 << 32
+    a = T.analyse(launches)
+    assert a["sm_end"] == {1: (2450, 2.0)} and a["sm_tail"] == 50
 
 
 def test_tool_case_specs_parse_or_say_what_is_wrong():

@@ -71,6 +71,18 @@ def analyse(launches):
     cta = [r for i in L for r in by[i]]
     ph = lambda j, k, sel=None, f=med: f([(r[3 + k] - r[3 + j]) * ratio for r in cta if sel is None or sel(r)])
     stored = lambda r: (r[11] >> 48) & 1
+    # per SM (word 11 bits 32..47): when its last CTA of the launch ended, after the launch's first release, by
+    # the number of the launch's CTAs it ran; and how long the last SM outlasts the median SM
+    sm_end, tails = {}, []
+    for i in L:
+        ends = {}
+        for r in by[i]:
+            sm = (r[11] >> 32) & 0xFFFF
+            n, e = ends.get(sm, (0, 0))
+            ends[sm] = (n + 1, max(e, r[2]))
+        for n, e in ends.values():
+            sm_end.setdefault(n, []).append(e - first_rel[i])
+        tails.append(end[i] - med([e for _, e in ends.values()]))
     gts = sorted({r[c] for r in cta for c in (0, 1, 2)})
     res = min((b - a for a, b in zip(gts, gts[1:]) if b > a), default=0)
     return {
@@ -80,6 +92,7 @@ def analyse(launches):
         "weights_in": ph(1, 6), "weights_in_p90": ph(1, 6, f=p90), "x_in": ph(6, 7), "loop_rest": ph(7, 2),
         "combine_store": ph(3, 4, lambda r: stored(r)), "combine_other": ph(3, 4, lambda r: not stored(r)),
         "store": ph(4, 5, lambda r: stored(r)), "ns_per_cycle": ratio, "gt_res": res,
+        "sm_end": {n: (med(v), len(v) / len(L)) for n, v in sorted(sm_end.items())}, "sm_tail": med(tails),
     }
 
 
@@ -116,6 +129,9 @@ def run_case(spec):
           f"{a['weights_in'] / 1e3:.2f} (p90 {a['weights_in_p90'] / 1e3:.2f}), then first x {a['x_in'] / 1e3:.2f}, rest {a['loop_rest'] / 1e3:.2f}); CTA barrier {a['barrier'] / 1e3:.2f} us; "
           f"combine {a['combine_store'] / 1e3:.2f} us (storing CTAs) / {a['combine_other'] / 1e3:.2f} us (others); "
           f"store {a['store'] / 1e3:.2f} us; globaltimer step {a['gt_res']} ns", flush=True)
+    per_n = "; ".join(f"{n} CTA{'s' if n > 1 else ''}: {e / 1e3:.2f} us ({k:.0f} SMs)" for n, (e, k) in a["sm_end"].items())
+    print(f"  per SM (globaltimer, medians): last CTA end after the release, by the launch's CTAs on the SM: {per_n}; "
+          f"last SM end - median SM end {a['sm_tail'] / 1e3:.2f} us", flush=True)
 
 
 def main(argv):
