@@ -449,6 +449,19 @@ def test_trace_chain_sources_and_analysis():
         t[1, 11] |= 3 << 32
     a = T.analyse(launches)
     assert a["sm_end"] == {1: (2450, 2.0)} and a["sm_tail"] == 50
+    # occupancy by registers: 92 registers x 9 warps fit twice in 65536, 114 (allocated as 120) only once
+    assert (T.ctas_by_registers(92, 288), T.ctas_by_registers(114, 288), T.ctas_by_registers(72, 160)) == (2, 1, 5)
+
+    class Ext:
+        def __init__(self, regs):
+            self.regs = regs
+
+        def gemvz_attrs(self, *a):
+            return [self.regs, 0, 0, 1024]
+
+    plan = S.PlanEntry("compressed", S.GemvzConfig(8, 1, 1, 2, 4, 0), "test")
+    assert T.occupancy_note(Ext(92), Ext(96), plan, 1, False) == ""
+    assert "2 / 1 CTAs per SM" in T.occupancy_note(Ext(92), Ext(114), plan, 1, False)
 
 
 def test_tool_case_specs_parse_or_say_what_is_wrong():

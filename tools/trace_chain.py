@@ -28,12 +28,40 @@ import judge
 import submission as S
 
 
+SHIPPED = None                                      # the shipped extension (main() loads it)
+
+
 def traced_source(defines=()):
     return "".join(f"#define {n}\n" for n in ("MUSE_TRACE", *defines)) + S.KERNEL_SRC
 
 
 def build(defines=()):
     return S.build_extension(traced_source(defines))
+
+
+def ctas_by_registers(regs, threads):
+    """Resident CTAs per SM that the register file allows (65536 registers; a warp's registers are allocated in
+    units of 256, i.e. per thread rounded up to a multiple of 8)."""
+    per_warp = -(-regs * 32 // 256) * 256
+    return 65536 // (per_warp * -(-threads // 32))
+
+
+def occupancy_note(shipped, traced, plan, m, dual):
+    """'' when the traced build holds as many CTAs per SM (by registers) as the shipped one, else a warning line:
+    MUSE_TRACE adds registers, and where that changes the occupancy the trace describes a different kernel
+    (2026-12-01: unpooler's Z3(8,1,1,2,4) 92 -> 114 registers, 2 -> 1 CTAs per SM)."""
+    c = plan.config
+    if plan.path == "compressed":
+        args, threads = (c.nw, c.ug, S.nb_of(m), c.r, c.pipe), (c.nw + 1) * 32
+        a, b = shipped.gemvz_attrs(*args), traced.gemvz_attrs(*args)
+    else:
+        args, threads = (c.nw, c.u, S.nb_of(m), c.r, dual, c.pipe), c.nw * 32
+        a, b = shipped.gemv_attrs(*args), traced.gemv_attrs(*args)
+    na, nb = ctas_by_registers(a[0], threads), ctas_by_registers(b[0], threads)
+    if na == nb:
+        return ""
+    return (f"  WARNING: registers shipped {a[0]} / traced {b[0]}: {na} / {nb} CTAs per SM by registers; this trace "
+            f"runs at a different occupancy than the shipped kernel")
 
 
 def trace_region(L, m):
@@ -119,6 +147,7 @@ def run_case(spec):
     if missing:
         raise SystemExit(f"[trace] {spec}: {missing} CTA slots were not written")
     a = analyse(launches)
+    note = occupancy_note(SHIPPED, S._EXT, p, m, Ls[0].dual) if SHIPPED is not None else ""
     print(f"[trace] {spec}: {p.path} {p.config}; {a['launches']} launches x {a['ctas']:.0f} CTAs; "
           f"graph {ms * 1e3 / P:.2f} us per call (traced build)", flush=True)
     print(f"  per launch (globaltimer, medians): end to end {a['period'] / 1e3:.2f} us = previous launch's last "
@@ -132,6 +161,8 @@ def run_case(spec):
     per_n = "; ".join(f"{n} CTA{'s' if n > 1 else ''}: {e / 1e3:.2f} us ({k:.0f} SMs)" for n, (e, k) in a["sm_end"].items())
     print(f"  per SM (globaltimer, medians): last CTA end after the release, by the launch's CTAs on the SM: {per_n}; "
           f"last SM end - median SM end {a['sm_tail'] / 1e3:.2f} us", flush=True)
+    if note:
+        print(note, flush=True)
 
 
 def main(argv):
@@ -147,9 +178,11 @@ def main(argv):
     if not torch.cuda.is_available():
         print("[trace] needs a CUDA device")
         return 1
+    global SHIPPED
     S._EXT = build(defines)
     if build_only:
         return 0
+    SHIPPED = S.build_extension()                   # registers of the shipped build, for occupancy_note
     if defines:
         print(f"[trace] variant: {' '.join(defines)}", flush=True)
     for spec in argv:
