@@ -55,12 +55,12 @@ RENAMED = ("gemv_dispatch", "gemvz_dispatch", "gemv_attrs", "gemvz_attrs", "unpa
 
 
 # ---- the candidate extension -----------------------------------------------------------------------
-def instances(nbs, duals, paths=("plain", "compressed")):
+def instances(nbs, duals, paths=("plain", "compressed"), nws=NWS):
     """(kind, template args) of every candidate of the paths, minus those whose shared memory does not fit and
     the obviously register-starved ones (the compiler's spill report prunes the rest at run time). The router
     (DUAL) is always plain."""
     out = []
-    for nw in NWS:
+    for nw in nws:
         for nb in nbs:
             for r in RS:
                 for pipe in PIPES:
@@ -173,12 +173,12 @@ def s_options(kblocks, per_cta, row_groups):
     return out
 
 
-def candidates(ext, N, K, m, dual, compressed, pfs=PFS):
+def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS):
     """Every compiled config that fits the shape and does not spill, with every S and pf in pfs; for S > 1 the
     cluster reduction (cl = 2), or the ticket (cl = 0) where the cluster's shared memory does not fit."""
     nb = sub.nb_of(m)
     out, spilled = [], 0
-    for nw in NWS:
+    for nw in nws:
         for u in (UGS if compressed else US):
             for r in RS:
                 if N % (16 * r):
@@ -271,7 +271,6 @@ def row_of(layer, m, ranked, device, date):
 
 
 def main(argv=None):
-    global NWS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", default=",".join(judge.LAYERS))
     ap.add_argument("--m", default=",".join(map(str, judge.SCORED_M)))
@@ -309,13 +308,12 @@ def main(argv=None):
     nws = tuple(int(v) for v in args.nw.split(",") if v)
     if not nws or not set(nws) <= set(NWS):
         ap.error(f"--nw {args.nw!r}: expected values in {NWS}")
-    NWS = nws
     if args.backend == "triton":
         return tune_triton(args, layers, ms)
     t_start = time.time()
     duals = sorted({judge.LAYERS[l]["dtype"] == "fp32" for l in layers})
     nbs = sorted({sub.nb_of(m) for m in ms})
-    ext = build_tune_ext(instances(nbs, duals, paths))
+    ext = build_tune_ext(instances(nbs, duals, paths, nws))
     if args.build_only:
         return 0
     sub._EXT = ext
@@ -344,13 +342,13 @@ def main(argv=None):
             t0 = time.time()
             line = ""
             if "plain" in paths or dual:
-                cp, sp = candidates(ext, N, K, m, dual, False, pfs)
+                cp, sp = candidates(ext, N, K, m, dual, False, pfs, nws)
                 rp = verified(Ls, m, x, tune_shape(Ls, m, x, cp, args.screen, args.full, args.keep, log, fpfs, fcos), log)
                 crow[(name, m)] = row_of(name, m, rp, dev, date)
                 line = (f"plain {rp[0][1]} {rp[0][0]:.2f} us (next {rp[1][0]:.2f}; {len(cp)} cands, {sp} spilled; "
                         f"{best_by(rp, 'pf')}; {best_by(rp, 'co')}; {best_by(rp, 'pipe')})")
             if not dual and "compressed" in paths:
-                cz, sz = candidates(ext, N, K, m, dual, True, pfs)
+                cz, sz = candidates(ext, N, K, m, dual, True, pfs, nws)
                 rz = verified(Ls, m, x, tune_shape(Ls, m, x, cz, args.screen, args.full, args.keep, log, fpfs, fcos), log)
                 zrow[(name, m)] = row_of(name, m, rz, dev, date)
                 line += (f" | compressed {rz[0][1]} {rz[0][0]:.2f} us (next {rz[1][0]:.2f}; {len(cz)} cands, "

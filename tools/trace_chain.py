@@ -28,9 +28,6 @@ import judge
 import submission as S
 
 
-SHIPPED = None                                      # the shipped extension (main() loads it)
-
-
 def traced_source(defines=()):
     return "".join(f"#define {n}\n" for n in ("MUSE_TRACE", *defines)) + S.KERNEL_SRC
 
@@ -124,7 +121,9 @@ def analyse(launches):
     }
 
 
-def run_case(spec):
+def run_case(spec, shipped):
+    """Trace one case with the traced build in S._EXT; shipped (the shipped build) gives occupancy_note its
+    registers."""
     Ls, m, x = cases.prepare(spec)
     P = len(Ls)
     p = Ls[0].plan(m)
@@ -147,7 +146,7 @@ def run_case(spec):
     if missing:
         raise SystemExit(f"[trace] {spec}: {missing} CTA slots were not written")
     a = analyse(launches)
-    note = occupancy_note(SHIPPED, S._EXT, p, m, Ls[0].dual) if SHIPPED is not None else ""
+    note = occupancy_note(shipped, S._EXT, p, m, Ls[0].dual)
     print(f"[trace] {spec}: {p.path} {p.config}; {a['launches']} launches x {a['ctas']:.0f} CTAs; "
           f"graph {ms * 1e3 / P:.2f} us per call (traced build)", flush=True)
     print(f"  per launch (globaltimer, medians): end to end {a['period'] / 1e3:.2f} us = previous launch's last "
@@ -178,15 +177,14 @@ def main(argv):
     if not torch.cuda.is_available():
         print("[trace] needs a CUDA device")
         return 1
-    global SHIPPED
     S._EXT = build(defines)
     if build_only:
         return 0
-    SHIPPED = S.build_extension()                   # registers of the shipped build, for occupancy_note
+    shipped = S.build_extension()                   # registers of the shipped build, for occupancy_note
     if defines:
         print(f"[trace] variant: {' '.join(defines)}", flush=True)
     for spec in argv:
-        run_case(spec)
+        run_case(spec, shipped)
         torch.cuda.empty_cache()                    # the case's copies are gone with run_case's frame
     return 0
 
