@@ -854,14 +854,19 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       }
     } else {
       constexpr bool XAHEAD = PIPE >= 4;
-      uint4 xa[UG][NB], xb[UG][NB];  // k 0..31 and 32..63 of each group
-      if constexpr (XAHEAD) { load_xbatch<UG, NB, 64>(xa, xr, 0); load_xbatch<UG, NB, 64>(xb, xr, 0, 32); }
+      // x of trip i's groups: xa = k 0..31, xb = k 32..63 of each
+      auto load_x = [&](uint4 (&xa_)[UG][NB], uint4 (&xb_)[UG][NB], int i) {
+        load_xbatch<UG, NB, 64>(xa_, xr, i);
+        load_xbatch<UG, NB, 64>(xb_, xr, i, 32);
+      };
+      uint4 xa[UG][NB], xb[UG][NB];
+      if constexpr (XAHEAD) load_x(xa, xb, 0);
       for (int i = 0; i < KGW; i += UG) {
-        if constexpr (!XAHEAD) { load_xbatch<UG, NB, 64>(xa, xr, i); load_xbatch<UG, NB, 64>(xb, xr, i, 32); }
+        if constexpr (!XAHEAD) load_x(xa, xb, i);
         uint4 nz[UG][R][3], nxa[UG][NB], nxb[UG][NB];
         if (i + UG < KGW) {
           load_zbatch<UG, R>(nz, wp, rstride, i + UG);
-          if constexpr (XAHEAD) { load_xbatch<UG, NB, 64>(nxa, xr, i + UG); load_xbatch<UG, NB, 64>(nxb, xr, i + UG, 32); }
+          if constexpr (XAHEAD) load_x(nxa, nxb, i + UG);
         }
         TR_ARRIVED(i == 0, z[0][0][0].x, xa[0][0].x)
 #pragma unroll
