@@ -78,3 +78,32 @@ def test_x_ahead_pipes_compile_without_spills(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     spills = re.findall(r"(\d+) bytes spill stores", r.stderr)
     assert len(spills) >= 5 and set(spills) == {"0"}, r.stderr[-3000:]
+
+
+@needs_nvcc
+def test_pdl_probe_compiles_without_spills(tmp_path):
+    # tools/pdl_probe.py's four kernels fit 64 registers (two CTAs of 512 threads per SM, like gemvz's m=1 plan)
+    import sys
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "tools"))
+    import pdl_probe
+    (tmp_path / "p.cu").write_text(pdl_probe.PROBE_CU)
+    r = subprocess.run([NVCC, "-O3", "-std=c++17", "-arch=sm_90", "-Xptxas", "-v", "-c", str(tmp_path / "p.cu"),
+                        "-o", str(tmp_path / "p.o")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    regs = [int(n) for n in re.findall(r"Used (\d+) registers", r.stderr)]
+    spills = re.findall(r"(\d+) bytes spill stores", r.stderr)
+    assert len(regs) == 4 and max(regs) <= 64 and set(spills) == {"0"}, r.stderr[-3000:]
+
+
+def test_pdl_probe_sizes_are_whole_batches():
+    import sys
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "tools"))
+    import pdl_probe
+    for name, (nbytes, grid, block) in pdl_probe.SIZES.items():
+        units = nbytes // 16
+        assert units % grid == 0 and (units // grid) % (pdl_probe.U * block) == 0, name
+        nb = units // grid // (pdl_probe.U * block)
+        vs = pdl_probe.variants(nb, block)
+        assert [v[0] for v in vs][:4] == ["end", "top", "reg1", "reg2"]
+        for label, kind, smu, pdl in vs:
+            assert smu % (pdl_probe.U * block) == 0 and smu * 16 <= 96 * 1024 and smu < units // grid, (name, label)

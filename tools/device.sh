@@ -2,10 +2,10 @@
 # One device call: build (cold + warm import time), GPU tests, judge, tuning. Logs go to $OUT/run/ and leave
 # as one archive, $OUT/run.tgz (the device tool returns at most 8 files).
 # usage: tools/device.sh [stages...]   stages: build tests judge judgefull judgetriton tune tunetriton rebuild
-#        excost sanitize ncu sweep trace ab sass prebuild (default: build tests judge); TUNE_ARGS, TTUNE_ARGS,
+#        excost sanitize ncu sweep trace ab sass probe prebuild (default: build tests judge); TUNE_ARGS, TTUNE_ARGS,
 #        NCU_CASES, NCU_METRICS (extra, comma-separated), SWEEP_ARGS, TRACE_CASES (may start with --define NAME), AB_VARIANTS (space-separated, '-' = shipped),
-#        AB_CASES and BUDGET (seconds) from the env. prebuild: the shipped, AB, traced (TRACE_CASES set) and tune
-#        (TUNE_ARGS set) extensions compiled in parallel
+#        AB_CASES, PROBE_ARGS and BUDGET (seconds) from the env. prebuild: the shipped, AB, traced (TRACE_CASES set), tune
+#        (TUNE_ARGS set) and probe (probe stage asked) extensions compiled in parallel
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; R="$OUT/run"; mkdir -p "$R"
@@ -43,6 +43,8 @@ for st in $stages; do
         --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats \
         --metrics dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sector_op_read_hit_rate.pct${NCU_METRICS:+,$NCU_METRICS} \
         python3 tools/ncu_case.py ${NCU_CASES:-pooler:1} > "$R/ncu.log" 2>&1; tail -5 "$R/ncu.log" ;;
+    probe)
+      PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/pdl_probe.py ${PROBE_ARGS:-} 2>&1 | tee "$R/probe.log" ;;
     sweep)
       PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/sweep_field.py ${SWEEP_ARGS:-} 2>&1 | tee "$R/sweep.log" ;;
     trace)
@@ -60,6 +62,7 @@ for st in $stages; do
       td=(); set -- ${TRACE_CASES:-}; while [ "${1:-}" = --define ]; do td+=(--define "$2"); shift 2; done
       [ -n "${TRACE_CASES:-}" ] && PYTHONPATH=. python3 tools/trace_chain.py --build-only "${td[@]}" >> "$R/prebuild.log" 2>&1 &
       [ -n "${TUNE_ARGS:-}" ] && python3 tune.py --build-only ${TUNE_ARGS} >> "$R/prebuild.log" 2>&1 &
+      [[ " $stages " == *" probe "* ]] && PYTHONPATH=. python3 tools/pdl_probe.py --build-only >> "$R/prebuild.log" 2>&1 &
       wait; tail -8 "$R/prebuild.log" ;;
     sanitize)
       SANITIZE_CL=1 PYTHONPATH=. timeout ${RACE_S:-240} compute-sanitizer --tool racecheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/racecheck.log"
