@@ -4,7 +4,7 @@ calls, median of the replays), each value measured in two interleaved rounds so 
     python tools/sweep_field.py --field co --values -1,0,50,100 router:1 pooler:1 qkv_gate:32:plain
     python tools/sweep_field.py --field pdl --values 1,0 o_proj:1:s=2
 
-A case is 'layer:m[:plain|compressed][:field=value...]' (tools/cases.py): the layer's plan for m, with the
+Values that do not fit a case's shape are skipped, with the reason. A case is 'layer:m[:plain|compressed][:field=value...]' (tools/cases.py): the layer's plan for m, with the
 fields replaced. Prints one line per case: the time of each value in both rounds, and the best value.
 """
 import argparse
@@ -13,6 +13,7 @@ import sys
 import torch
 
 import cases
+import submission as S
 
 
 def main(argv=None):
@@ -36,7 +37,15 @@ def main(argv=None):
             for L in Ls:
                 L.set_config(m, base._replace(**{args.field: v}))
 
-        res = cases.time_interleaved(Ls, x, spec, values, apply, lambda v: f"{args.field}={v}", args.replays, "sweep")
+        fits = {S.GemvConfig: S.gemv_fits, S.GemvzConfig: S.gemvz_fits}.get(type(base))
+        why = {v: fits(base._replace(**{args.field: v}), Ls[0].N, Ls[0].K, m) if fits else None for v in values}
+        ok = [v for v in values if why[v] is None]
+        for v in values:
+            if why[v]:
+                print(f"[sweep] {spec}: {args.field}={v} skipped: {why[v]}", flush=True)
+        if not ok:
+            continue
+        res = cases.time_interleaved(Ls, x, spec, ok, apply, lambda v: f"{args.field}={v}", args.replays, "sweep")
         cols, best = cases.summary(res, lambda v: f"{args.field}={v}")
         print(f"[sweep] {spec} {Ls[0].plan(m).path} {base}: {cols}  best {args.field}={best}", flush=True)
         Ls = None                                   # the case's copies go before the next case's
