@@ -299,7 +299,7 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 }
 
 // sp: one bulk copy (the TMA engine, no registers) of `bytes` from global src into shared dst, counted on the
-// mbarrier at bar. Weights only: this runs before pdl_wait.
+// mbarrier at bar (weights before pdl_wait, x after it).
 __device__ __forceinline__ void bulk_g2s(void* dst, const void* src, uint32_t bytes, unsigned long long* bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes),
@@ -752,9 +752,13 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
 //     L1, before pdl_wait. A row's list is walked in chunks of EC entries: the chunk's entries, then all their
 //     x values, are loaded before its first FMA (one chain of two loads per chunk, not per entry).
 // sp > 0: the warp's last sp groups of each row block are bulk-copied into shared memory (zs) before pdl_wait
-//   and run after the streamed ones, so the summation order is sp = 0's. A bare read under the same rule
+//   and run after the streamed ones, so the summation order is sp = 0's. Their x is bulk-copied into shared
+//   memory (xs: token row, then k) right after pdl_wait, on the same mbarrier, so the tail waits on no global
+//   load (device call 2: with x loaded in the tail, each prefilled group cost one L2 round trip, 0.3-0.5 us).
+//   A bare read under the same rule
 //   (tools/pdl_probe.py, 2026-12-01, 50.3 MB): registers loaded before the wait gave nothing (12.6 -> 12.5 us),
-//   32-64 KB per CTA copied into shared memory 0.8 us (-> 11.8). Dynamic shared memory: cbuf, then zs.
+//   32-64 KB per CTA copied into shared memory 0.8 us (-> 11.8). Dynamic shared memory: cbuf, then per warp
+//   zs [R][sp][96] units of 16 B, then xs [NB * 8 token rows][sp * 64 k] bf16.
 // An out-of-window weight decodes to a fixed in-window value v (+0 when the window holds zero);
 // prepare verified fl32(v + correction) == W for every one of them. dbg & 1 skips the corrections.
 // Lab: labs/lab3_compress.py (format, decz, the kernel in miniature).
@@ -831,12 +835,16 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
     const size_t rstride = (size_t)KG * 96;
     const uint4* wp = w + ((size_t)rg * R * KG + g0) * 96 + lane;
     const int KGL = KGW - sp;  // groups streamed through registers; the last sp come from shared memory
-    uint4* zs = reinterpret_cast<uint4*>(cbuf + (cl ? (S - 1) * P : 0)) + (size_t)warp * R * sp * 96;
+    // the warp's zs (xs = zs + R * sp * 96), recomputed where used: nothing of it lives across the loop
+    auto zs_of = [&]() {
+      return reinterpret_cast<uint4*>(cbuf + (cl ? (S - 1) * P : 0)) + (size_t)warp * sp * (R * 96 + NB * 64);
+    };
     if (sp) {
       if (lane == 0) {
-        mbar_init_tx(&zbar[warp], (uint32_t)(R * sp * 1536));
+        mbar_init_tx(&zbar[warp], (uint32_t)(R * sp * 1536 + NB * sp * 1024));  // weights + x
 #pragma unroll
-        for (int r = 0; r < R; r++) bulk_g2s(zs + r * sp * 96, wp - lane + r * rstride + KGL * 96, sp * 1536u, &zbar[warp]);
+        for (int r = 0; r < R; r++)
+          bulk_g2s(zs_of() + r * sp * 96, wp - lane + r * rstride + KGL * 96, sp * 1536u, &zbar[warp]);
       }
       __syncwarp();
     }
@@ -862,6 +870,9 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
     const bf16* xr[NB];
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) xr[nb] = x + (size_t)min(nb * 8 + g, M - 1) * K + g0 * 64 + t * 8;
+    if (sp && lane < NB * 8)  // x of the prefilled groups: lane = token row (rows past M repeat row M - 1)
+      bulk_g2s(reinterpret_cast<bf16*>(zs_of() + R * sp * 96) + lane * sp * 64,
+               x + (size_t)min(lane, M - 1) * K + (g0 + KGL) * 64, sp * 128u, &zbar[warp]);
     float acc[R][NB][4];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -919,6 +930,8 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
     }
     if (sp) {  // the prefilled groups, last, in k order (copied long before: the wait below returns at once)
       mbar_wait0(&zbar[warp]);
+      const uint4* zs = zs_of();
+      const bf16* xs = reinterpret_cast<const bf16*>(zs + R * sp * 96) + g * sp * 64 + t * 8;
       for (int i = KGL; i < KGW; i++) {
         uint4 zz[R][3], xa[NB], xb[NB];
 #pragma unroll
@@ -927,8 +940,8 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
           for (int c = 0; c < 3; c++) zz[r][c] = zs[(r * sp + i - KGL) * 96 + c * 32 + lane];
 #pragma unroll
         for (int nb = 0; nb < NB; nb++) {
-          xa[nb] = ld_x(xr[nb] + i * 64);
-          xb[nb] = ld_x(xr[nb] + i * 64 + 32);
+          xa[nb] = *reinterpret_cast<const uint4*>(xs + (nb * 8 * sp + i - KGL) * 64);
+          xb[nb] = *reinterpret_cast<const uint4*>(xs + (nb * 8 * sp + i - KGL) * 64 + 32);
         }
 #pragma unroll
         for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], zz[r], xa, xb, TL, TH);
@@ -1121,7 +1134,7 @@ int gemvz_dispatch(const void* x, const void* w, const void* eptr, const void* e
 #define LAUNCH_Z3(NW_, U_, NB_, R_, P_)                                                                     \
   if (NW == NW_ && UG == U_ && NB == NB_ && R == R_ && P == P_)                                              \
     return launch_pdl(gemvz_kernel<NW_, U_, NB_, R_, P_>, dim3(N / (16 * R_), S), dim3((NW_ + 1) * 32), st,    \
-                      pdl, cl ? S : 1, (cl ? (size_t)(S - 1) * R_ * NB_ * 32 * 16 : 0) + (size_t)NW_ * R_ * sp * 1536, \
+                      pdl, cl ? S : 1, (cl ? (size_t)(S - 1) * R_ * NB_ * 32 * 16 : 0) + (size_t)NW_ * sp * (R_ * 1536 + NB_ * 1024), \
                       co, (const bf16*)x, (const uint4*)w, (const int*)eptr, (const int2*)esc, (bf16*)out,          \
                       (float4*)ws, (int*)sem, M, N, K, S, TL, TH, dbg, pf, cl, sp);
   GEMVZ_CONFIGS(LAUNCH_Z3)
@@ -1721,10 +1734,10 @@ def nb_of(m):
 def smem_bytes(nw, nb, r, compressed, s=1, cl=0, sp=0):
     """Shared memory of one CTA: the warps' partials red[NW][R*NB*32] (+ the exception warp's ecorr and the
     streaming warps' prefill mbarriers), and with cl the leader's cbuf[S - 1][R*NB*32] for the other CTAs of its
-    cluster (+ the ticket flag and the cl = 2 mbarrier, 12 B, in every build); sp: the prefilled groups,
-    NW * R * sp * 1536 B."""
+    cluster (+ the ticket flag and the cl = 2 mbarrier, 12 B, in every build); sp: the prefilled groups and
+    their x, NW * sp * (R * 1536 + NB * 1024) B."""
     part = r * nb * 32 * 16
-    z = r * 16 * (nb * 8 + 1) * 4 + 8 * nw + nw * r * sp * 1536 if compressed else 0
+    z = r * 16 * (nb * 8 + 1) * 4 + 8 * nw + nw * sp * (r * 1536 + nb * 1024) if compressed else 0
     return nw * part + z + 4 + 8 + (s - 1) * part * (cl >= 1)
 
 
