@@ -306,6 +306,13 @@ __device__ __forceinline__ void bulk_g2s(void* dst, const void* src, uint32_t by
                "r"((uint32_t)__cvta_generic_to_shared(bar)) : "memory");
 }
 
+// sp: 16 bytes from a shared-memory address (32-bit, the shared window).
+__device__ __forceinline__ uint4 ld_shared16(uint32_t a) {
+  uint4 r;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(a));
+  return r;
+}
+
 // sp: a one-arrival mbarrier that expects `bytes` of bulk copies (one thread initialises and arms it).
 __device__ __forceinline__ void mbar_init_tx(unsigned long long* bar, uint32_t bytes) {
   const uint32_t a = (uint32_t)__cvta_generic_to_shared(bar);
@@ -758,7 +765,7 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
 //   A bare read under the same rule
 //   (tools/pdl_probe.py, 2026-12-01, 50.3 MB): registers loaded before the wait gave nothing (12.6 -> 12.5 us),
 //   32-64 KB per CTA copied into shared memory 0.8 us (-> 11.8). Dynamic shared memory: cbuf, then per warp
-//   zs [R][sp][96] units of 16 B, then xs [NB * 8 token rows][sp * 64 k] bf16.
+//   zs [R][sp][96] units of 16 B, then xs [min(M, NB * 8) token rows][sp * 64 k] bf16.
 // An out-of-window weight decodes to a fixed in-window value v (+0 when the window holds zero);
 // prepare verified fl32(v + correction) == W for every one of them. dbg & 1 skips the corrections.
 // Lab: labs/lab3_compress.py (format, decz, the kernel in miniature).
@@ -836,12 +843,13 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
     const uint4* wp = w + ((size_t)rg * R * KG + g0) * 96 + lane;
     const int KGL = KGW - sp;  // groups streamed through registers; the last sp come from shared memory
     // the warp's zs (xs = zs + R * sp * 96), recomputed where used: nothing of it lives across the loop
-    auto zs_of = [&]() {
-      return reinterpret_cast<uint4*>(cbuf + (cl ? (S - 1) * P : 0)) + (size_t)warp * sp * (R * 96 + NB * 64);
+    // MR = min(M, NB * 8): token rows of x the prefill copies
+    auto zs_of = [=]() {
+      return reinterpret_cast<uint4*>(cbuf + (cl ? (S - 1) * P : 0)) + (size_t)warp * sp * (R * 96 + min(M, NB * 8) * 8);
     };
     if (sp) {
       if (lane == 0) {
-        mbar_init_tx(&zbar[warp], (uint32_t)(R * sp * 1536 + NB * sp * 1024));  // weights + x
+        mbar_init_tx(&zbar[warp], (uint32_t)(R * sp * 1536 + min(M, NB * 8) * sp * 128));  // weights + x
 #pragma unroll
         for (int r = 0; r < R; r++)
           bulk_g2s(zs_of() + r * sp * 96, wp - lane + r * rstride + KGL * 96, sp * 1536u, &zbar[warp]);
@@ -870,9 +878,9 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
     const bf16* xr[NB];
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) xr[nb] = x + (size_t)min(nb * 8 + g, M - 1) * K + g0 * 64 + t * 8;
-    if (sp && lane < NB * 8)  // x of the prefilled groups: lane = token row (rows past M repeat row M - 1)
-      bulk_g2s(reinterpret_cast<bf16*>(zs_of() + R * sp * 96) + lane * sp * 64,
-               x + (size_t)min(lane, M - 1) * K + (g0 + KGL) * 64, sp * 128u, &zbar[warp]);
+    if (sp && lane < min(M, NB * 8))  // x of the prefilled groups: lane = token row
+      bulk_g2s(reinterpret_cast<bf16*>(zs_of() + R * sp * 96) + lane * sp * 64, x + (size_t)lane * K + (g0 + KGL) * 64,
+               sp * 128u, &zbar[warp]);
     float acc[R][NB][4];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -930,18 +938,21 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
     }
     if (sp) {  // the prefilled groups, last, in k order (copied long before: the wait below returns at once)
       mbar_wait0(&zbar[warp]);
-      const uint4* zs = zs_of();
-      const bf16* xs = reinterpret_cast<const bf16*>(zs + R * sp * 96) + g * sp * 64 + t * 8;
-      for (int i = KGL; i < KGW; i++) {
+      // 32-bit shared addresses (fewer registers than generic pointers at the pooler config's 60-register cap)
+      const uint32_t za = (uint32_t)__cvta_generic_to_shared(zs_of()) + lane * 16;
+      const uint32_t xa0 = za - lane * 16 + R * sp * 1536 + t * 16;
+      const int MR = min(M, NB * 8);
+      for (int j = 0; j < sp; j++) {
         uint4 zz[R][3], xa[NB], xb[NB];
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
-          for (int c = 0; c < 3; c++) zz[r][c] = zs[(r * sp + i - KGL) * 96 + c * 32 + lane];
+          for (int c = 0; c < 3; c++) zz[r][c] = ld_shared16(za + ((r * sp + j) * 96 + c * 32) * 16);
 #pragma unroll
         for (int nb = 0; nb < NB; nb++) {
-          xa[nb] = *reinterpret_cast<const uint4*>(xs + (nb * 8 * sp + i - KGL) * 64);
-          xb[nb] = *reinterpret_cast<const uint4*>(xs + (nb * 8 * sp + i - KGL) * 64 + 32);
+          const uint32_t xrow = xa0 + (min(nb * 8 + g, MR - 1) * sp + j) * 128;  // rows past M repeat M - 1
+          xa[nb] = ld_shared16(xrow);
+          xb[nb] = ld_shared16(xrow + 64);
         }
 #pragma unroll
         for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], zz[r], xa, xb, TL, TH);
@@ -1134,7 +1145,7 @@ int gemvz_dispatch(const void* x, const void* w, const void* eptr, const void* e
 #define LAUNCH_Z3(NW_, U_, NB_, R_, P_)                                                                     \
   if (NW == NW_ && UG == U_ && NB == NB_ && R == R_ && P == P_)                                              \
     return launch_pdl(gemvz_kernel<NW_, U_, NB_, R_, P_>, dim3(N / (16 * R_), S), dim3((NW_ + 1) * 32), st,    \
-                      pdl, cl ? S : 1, (cl ? (size_t)(S - 1) * R_ * NB_ * 32 * 16 : 0) + (size_t)NW_ * sp * (R_ * 1536 + NB_ * 1024), \
+                      pdl, cl ? S : 1, (cl ? (size_t)(S - 1) * R_ * NB_ * 32 * 16 : 0) + (size_t)NW_ * sp * (R_ * 1536 + min(M, NB_ * 8) * 128), \
                       co, (const bf16*)x, (const uint4*)w, (const int*)eptr, (const int2*)esc, (bf16*)out,          \
                       (float4*)ws, (int*)sem, M, N, K, S, TL, TH, dbg, pf, cl, sp);
   GEMVZ_CONFIGS(LAUNCH_Z3)
@@ -1731,13 +1742,14 @@ def nb_of(m):
     return 1 if m <= 8 else 2 if m <= 16 else 4
 
 
-def smem_bytes(nw, nb, r, compressed, s=1, cl=0, sp=0):
+def smem_bytes(nw, nb, r, compressed, s=1, cl=0, sp=0, m=None):
     """Shared memory of one CTA: the warps' partials red[NW][R*NB*32] (+ the exception warp's ecorr and the
     streaming warps' prefill mbarriers), and with cl the leader's cbuf[S - 1][R*NB*32] for the other CTAs of its
     cluster (+ the ticket flag and the cl = 2 mbarrier, 12 B, in every build); sp: the prefilled groups and
-    their x, NW * sp * (R * 1536 + NB * 1024) B."""
+    their x, NW * sp * (R * 1536 + min(m, NB * 8) * 128) B (m None: NB * 8 rows)."""
     part = r * nb * 32 * 16
-    z = r * 16 * (nb * 8 + 1) * 4 + 8 * nw + nw * sp * (r * 1536 + nb * 1024) if compressed else 0
+    rows = nb * 8 if m is None else min(m, nb * 8)
+    z = r * 16 * (nb * 8 + 1) * 4 + 8 * nw + nw * sp * (r * 1536 + rows * 128) if compressed else 0
     return nw * part + z + 4 + 8 + (s - 1) * part * (cl >= 1)
 
 
@@ -1776,7 +1788,7 @@ def gemvz_fits(cfg, N, K, m):
     if not (isinstance(cfg.sp, int) and cfg.sp >= 0 and cfg.sp % cfg.ug == 0 and cfg.sp <= kgw - cfg.ug):
         return (f"sp={cfg.sp!r}: expected a multiple of UG={cfg.ug} from 0 to the warp's {kgw} groups less one "
                 f"batch ({kgw - cfg.ug})")
-    return _split_fits(cfg, smem_bytes(cfg.nw, nb, cfg.r, True, cfg.s, cfg.cl, cfg.sp))
+    return _split_fits(cfg, smem_bytes(cfg.nw, nb, cfg.r, True, cfg.s, cfg.cl, cfg.sp, m))
 
 
 def default_config(N, K, m, compressed):

@@ -392,13 +392,15 @@ def test_prefill_sp_is_a_multiple_of_ug_that_leaves_one_streamed_batch_and_fits_
     c = S.GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=2, pf=0)
     assert c.sp == 0 and S.gemvz_fits(c, 4096, 8192, 1) is None
     assert S.gemvz_fits(c._replace(sp=1), 4096, 8192, 1) is None
-    assert "shared memory" in S.gemvz_fits(c._replace(sp=2), 4096, 8192, 1)      # 16 * 2 * 2560 B > 48 KB
+    assert "shared memory" in S.gemvz_fits(c._replace(sp=2), 4096, 8192, 1)      # 16 * 2 * 1664 B > 48 KB
+    assert "shared memory" in S.gemvz_fits(c._replace(sp=1), 4096, 8192, 8)      # 8 rows of x: 16 * 2560 B
     c4 = S.GemvzConfig(nw=4, s=4, ug=2, r=1, pipe=1, pf=0, cl=2)                 # qkv_gate: 8 groups per warp
     assert S.gemvz_fits(c4._replace(sp=6), 2304, 8192, 1) is None
     assert "sp=8" in S.gemvz_fits(c4._replace(sp=8), 2304, 8192, 1)             # nothing left to stream
     assert "sp=3" in S.gemvz_fits(c4._replace(sp=3), 2304, 8192, 1)             # not a multiple of UG
     assert "sp=-1" in S.gemvz_fits(c4._replace(sp=-1), 2304, 8192, 1)
     assert (S.smem_bytes(4, 1, 2, True, sp=3) - S.smem_bytes(4, 1, 2, True)) == 4 * 3 * (2 * 1536 + 1024)
+    assert (S.smem_bytes(4, 2, 2, True, sp=3, m=3) - S.smem_bytes(4, 2, 2, True)) == 4 * 3 * (2 * 1536 + 3 * 128)
     assert S.smem_bytes(4, 1, 2, False, sp=3) == S.smem_bytes(4, 1, 2, False)
 
 
