@@ -773,8 +773,13 @@ template <int NW, int UG, int NB, int R, int PIPE>
 __global__ void __launch_bounds__((NW + 1) * 32, MIN_BLOCKS(PIPE))
 gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int* __restrict__ eptr,
              const int2* __restrict__ esc, bf16* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem,
-             int M, int N, int K, int S, uint32_t TL, uint32_t TH, int dbg, int pf, int cl, int sp) {
+             int M, int N, int K, int S, uint32_t TL, uint32_t TH, int dbg, int pf, int cl, int sp_) {
   static_assert(PIPE >= 0 && PIPE <= 5, "PIPE is 0..5");
+#ifdef MUSE_NO_SP
+  constexpr int sp = 0;  // tools/ab_define.py: the kernel without the prefill code (does it cost sp = 0 configs?)
+#else
+  const int sp = sp_;
+#endif
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   constexpr int EC = NB == 4 ? 2 : 4;  // exception chunk: EC entries x NB*4 tokens of x in flight per lane
   extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)

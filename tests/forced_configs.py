@@ -21,5 +21,5 @@ PREFILL_CASES = [
     ("pooler", 2, S.GemvzConfig(nw=_ZNW, s=1, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0), (1, 4)),
     ("qkv_gate", 8, S.GemvzConfig(nw=_ZNW, s=4, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0, cl=2), (1, 4)),
     ("qkv_gate", 8, S.GemvzConfig(nw=_ZNW, s=4, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=1, cl=0), (2,)),
-    ("o_proj", 32, S.GemvzConfig(nw=_ZNW, s=1, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0), (1, 4)),
+    ("o_proj", 32, S.GemvzConfig(nw=_ZNW, s=1, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0), (1,)),
 ]

@@ -10,8 +10,9 @@ Variants (each one kernel launch per copy; P copies >= 2 GB back to back in one 
   end      every load before the wait, which sits just before the store (the anchor's probe)
   top      the wait first, then every load (a kernel that cannot start its stream before the wait)
   regN     N batches (U = 4 loads of 16 B per thread) issued into registers before the wait, the rest after
-  smemK    K KB of the CTA's slice bulk-copied (cp.async.bulk) into shared memory before the wait, the rest
-           streamed into registers after it
+  smemK    K KB of the CTA's slice bulk-copied (cp.async.bulk, 16 KB per copy, thread 0) into shared memory
+           before the wait, the rest streamed into registers after it; smemKw: the same in 1.5 KB copies issued
+           by lane 0 of every warp (gemvz's sp issues one copy per warp and row block)
   ...-nopdl the same launch without the PDL attribute
 Every variant folds each 16-byte unit of its CTA's slice into one xor per CTA, and that xor is checked against
 numpy before the variant is timed: a probe that skipped or repeated bytes would fail there.
@@ -45,8 +46,8 @@ __device__ __forceinline__ uint32_t fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w
 // (thread tid, batch j, load u: unit sm_units + (j * U + u) * T + tid, so each warp load is 512 contiguous bytes),
 // PRE of them issued before the wait. WAIT_END: the wait sits just before the store instead (the anchor).
 template <int U, int PRE, bool WAIT_END>
-__global__ void __launch_bounds__(512, 2) probe_kernel(const uint4* __restrict__ w, int nb, int sm_units,
-                                                    uint32_t* __restrict__ out) {
+__global__ void __launch_bounds__(512, 2) probe_kernel(const uint4* __restrict__ w, int nb, int sm_units, int chunk,
+                                                    int per_warp, uint32_t* __restrict__ out) {
   extern __shared__ uint4 sbuf[];
   __shared__ unsigned long long bar;
   __shared__ uint32_t cta_x;
@@ -58,12 +59,15 @@ __global__ void __launch_bounds__(512, 2) probe_kernel(const uint4* __restrict__
     cta_x = 0;
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    if (sm_units)
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(sm_units * 16) : "memory");
   }
   __syncthreads();
-  if (sm_units && tid == 0) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(sm_units * 16) : "memory");
-    for (int c = 0; c < sm_units; c += 1024) {
-      const int n = min(1024, sm_units - c);
+  // the copies: chunks of `chunk` units, issued by thread 0 (per_warp = 0) or by lane 0 of every warp in turn
+  if (sm_units && (per_warp ? (tid & 31) == 0 : tid == 0)) {
+    const int first = per_warp ? (tid >> 5) * chunk : 0, step = per_warp ? (T >> 5) * chunk : chunk;
+    for (int c = first; c < sm_units; c += step) {
+      const int n = min(chunk, sm_units - c);
       asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                    ::"r"((uint32_t)__cvta_generic_to_shared(sbuf + c)), "l"(base + c), "r"(n * 16), "r"(b)
                    : "memory");
@@ -113,11 +117,11 @@ __global__ void __launch_bounds__(512, 2) probe_kernel(const uint4* __restrict__
   if (tid == 0) out[blockIdx.x] = cta_x;
 }
 
-typedef void (*probe_fn)(const uint4*, int, int, uint32_t*);
+typedef void (*probe_fn)(const uint4*, int, int, int, int, uint32_t*);
 
 // kind: 0 = top-wait (PRE = 0), 1 = PRE 1, 2 = PRE 2, 3 = end-wait. Returns the cudaError_t of the launch.
-int probe_launch(int kind, const void* w, void* out, int grid, int block, int nb, int sm_units, int pdl,
-                 cudaStream_t st) {
+int probe_launch(int kind, const void* w, void* out, int grid, int block, int nb, int sm_units, int chunk,
+                 int per_warp, int pdl, cudaStream_t st) {
   static const probe_fn fns[4] = {probe_kernel<4, 0, false>, probe_kernel<4, 1, false>, probe_kernel<4, 2, false>,
                                   probe_kernel<4, 0, true>};
   if (kind < 0 || kind > 3) return (int)cudaErrorInvalidValue;
@@ -137,7 +141,8 @@ int probe_launch(int kind, const void* w, void* out, int grid, int block, int nb
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, fns[kind], (const uint4*)w, nb, sm_units, (uint32_t*)out);
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, fns[kind], (const uint4*)w, nb, sm_units, chunk, per_warp,
+                                           (uint32_t*)out);
   if (e != cudaSuccess) (void)cudaGetLastError();
   return (int)e;
 }
@@ -146,12 +151,12 @@ int probe_launch(int kind, const void* w, void* out, int grid, int block, int nb
 BINDING = r"""
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
-int probe_launch(int kind, const void* w, void* out, int grid, int block, int nb, int sm_units, int pdl,
-                 cudaStream_t st);
+int probe_launch(int kind, const void* w, void* out, int grid, int block, int nb, int sm_units, int chunk,
+                 int per_warp, int pdl, cudaStream_t st);
 int launch(torch::Tensor w, int64_t offset, torch::Tensor out, int64_t kind, int64_t grid, int64_t block, int64_t nb,
-           int64_t sm_units, int64_t pdl) {
+           int64_t sm_units, int64_t chunk, int64_t per_warp, int64_t pdl) {
   return probe_launch((int)kind, (const char*)w.data_ptr() + offset, out.data_ptr(), (int)grid, (int)block, (int)nb,
-                      (int)sm_units, (int)pdl, at::cuda::getCurrentCUDAStream());
+                      (int)sm_units, (int)chunk, (int)per_warp, (int)pdl, at::cuda::getCurrentCUDAStream());
 }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("launch", &launch); }
 """
@@ -167,14 +172,16 @@ KINDS = {"top": 0, "reg1": 1, "reg2": 2, "end": 3}
 
 
 def variants(nb, block):
-    """(label, kind, sm_units, pdl) for a size whose threads each read nb batches; smem variants in whole
-    batches (U * block units) up to 96 KB per CTA."""
-    out = [("end", 3, 0, 1), ("top", 0, 0, 1), ("reg1", 1, 0, 1), ("reg2", 2, 0, 1)]
+    """(label, kind, sm_units, chunk, per_warp, pdl) for a size whose threads each read nb batches; smem variants
+    in whole batches (U * block units) up to 96 KB per CTA, copied in 16 KB chunks by one thread, and (suffix w)
+    in 1.5 KB chunks (gemvz's group) by lane 0 of every warp."""
+    out = [("end", 3, 0, 0, 0, 1), ("top", 0, 0, 0, 0, 1), ("reg1", 1, 0, 0, 0, 1), ("reg2", 2, 0, 0, 0, 1)]
     batch_units = U * block
     for k in (1, 2, 3):
         if k < nb and k * batch_units * 16 <= 96 * 1024:
-            out.append((f"smem{k * batch_units * 16 // 1024}", 0, k * batch_units, 1))
-    out += [("end-nopdl", 3, 0, 0), ("top-nopdl", 0, 0, 0)]
+            out.append((f"smem{k * batch_units * 16 // 1024}", 0, k * batch_units, 1024, 0, 1))
+            out.append((f"smem{k * batch_units * 16 // 1024}w", 0, k * batch_units, 96, 1, 1))
+    out += [("end-nopdl", 3, 0, 0, 0, 0), ("top-nopdl", 0, 0, 0, 0, 0)]
     return out
 
 
@@ -207,15 +214,15 @@ def run_size(ext, name, replays):
     print(f"[probe] {name}: {nbytes / 1e6:.1f} MB, grid {grid} x {block}, {per_cta // (U * block)} batches of {U} "
           f"per thread, P = {P} copies", flush=True)
 
-    def launcher(kind, smu, pdl, i):
+    def launcher(kind, smu, chunk, per_warp, pdl, i):
         nb = (per_cta - smu) // (U * block)
-        return lambda: ext.launch(buf, i * nbytes, outs[i], kind, grid, block, nb, smu, pdl)
+        return lambda: ext.launch(buf, i * nbytes, outs[i], kind, grid, block, nb, smu, chunk, per_warp, pdl)
 
     res = {v[0]: [] for v in vs}
-    for label, kind, smu, pdl in vs:         # check every variant before any timing
+    for label, *v in vs:                      # check every variant before any timing
         for i, want in ((0, want0), (P - 1, wantl)):
             outs[i].fill_(0x5A5A5A5A)
-            rc = launcher(kind, smu, pdl, i)()
+            rc = launcher(*v, i)()
             if rc != 0:
                 raise SystemExit(f"[probe] {name} {label}: launch failed, cudaError {rc}")
             torch.cuda.synchronize()
@@ -225,8 +232,8 @@ def run_size(ext, name, replays):
                 raise SystemExit(f"[probe] {name} {label}: copy {i} CTA {bad} xor {got[bad]:08x}, expected "
                                  f"{want[bad]:08x} (the probe misread its slice)")
     for _ in range(2):                        # two interleaved rounds
-        for label, kind, smu, pdl in vs:
-            fns = [launcher(kind, smu, pdl, i) for i in range(P)]
+        for label, *v in vs:
+            fns = [launcher(*v, i) for i in range(P)]
             ms, _ = judge.time_graph(fns, replays)
             res[label].append(ms * 1e3 / P)
     for label, t in res.items():
