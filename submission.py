@@ -941,8 +941,28 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         }
       }
     }
+#ifdef MUSE_SP_GLOBAL  // A/B: the copies are made but the tail streams its groups from global memory again
+    for (int j = 0; j < sp; j++) {
+      uint4 zz[R][3], xa[NB], xb[NB];
+#pragma unroll
+      for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int c = 0; c < 3; c++) zz[r][c] = ld_stream(wp + r * rstride + (size_t)(KGL + j) * 96 + c * 32);
+#pragma unroll
+      for (int nb = 0; nb < NB; nb++) {
+        xa[nb] = ld_x(xr[nb] + (KGL + j) * 64);
+        xb[nb] = ld_x(xr[nb] + (KGL + j) * 64 + 32);
+      }
+#pragma unroll
+      for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], zz[r], xa, xb, TL, TH);
+    }
+    if (false) {
+#else
     if (sp) {  // the prefilled groups, last, in k order (copied long before: the wait below returns at once)
+#endif
+#ifndef MUSE_SP_NOWAIT  // A/B only: without the wait the tail may read copies that have not landed
       mbar_wait0(&zbar[warp]);
+#endif
       // 32-bit shared addresses (fewer registers than generic pointers at the pooler config's 60-register cap)
       const uint32_t za = (uint32_t)__cvta_generic_to_shared(zs_of()) + lane * 16;
       const uint32_t xa0 = za - lane * 16 + R * sp * 1536 + t * 16;
