@@ -105,5 +105,5 @@ def test_pdl_probe_sizes_are_whole_batches():
         nb = units // grid // (pdl_probe.U * block)
         vs = pdl_probe.variants(nb, block)
         assert [v[0] for v in vs][:4] == ["end", "top", "reg1", "reg2"]
-        for label, kind, smu, chunk, per_warp, pdl in vs:
+        for label, kind, smu, chunk, per_warp, l2p, pdl in vs:
             assert smu % (pdl_probe.U * block) == 0 and smu * 16 <= 96 * 1024 and smu < units // grid, (name, label)

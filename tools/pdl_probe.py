@@ -47,7 +47,7 @@ __device__ __forceinline__ uint32_t fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w
 // PRE of them issued before the wait. WAIT_END: the wait sits just before the store instead (the anchor).
 template <int U, int PRE, bool WAIT_END>
 __global__ void __launch_bounds__(512, 2) probe_kernel(const uint4* __restrict__ w, int nb, int sm_units, int chunk,
-                                                    int per_warp, uint32_t* __restrict__ out) {
+                                                    int per_warp, int l2p, uint32_t* __restrict__ out) {
   extern __shared__ uint4 sbuf[];
   __shared__ unsigned long long bar;
   __shared__ uint32_t cta_x;
@@ -73,6 +73,10 @@ __global__ void __launch_bounds__(512, 2) probe_kernel(const uint4* __restrict__
                    : "memory");
     }
   }
+  if (l2p && tid == 0)  // an L2 prefetch of the first l2p units the registers will stream (no smem, no registers)
+    for (int c = 0; c < l2p; c += 1024)
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + sm_units + c), "r"(min(1024, l2p - c) * 16)
+                   : "memory");
   const uint4* wp = base + sm_units + tid;
   uint4 pre[PRE > 0 ? PRE : 1][U];
 #pragma unroll
@@ -117,11 +121,11 @@ __global__ void __launch_bounds__(512, 2) probe_kernel(const uint4* __restrict__
   if (tid == 0) out[blockIdx.x] = cta_x;
 }
 
-typedef void (*probe_fn)(const uint4*, int, int, int, int, uint32_t*);
+typedef void (*probe_fn)(const uint4*, int, int, int, int, int, uint32_t*);
 
 // kind: 0 = top-wait (PRE = 0), 1 = PRE 1, 2 = PRE 2, 3 = end-wait. Returns the cudaError_t of the launch.
 int probe_launch(int kind, const void* w, void* out, int grid, int block, int nb, int sm_units, int chunk,
-                 int per_warp, int pdl, cudaStream_t st) {
+                 int per_warp, int l2p, int pdl, cudaStream_t st) {
   static const probe_fn fns[4] = {probe_kernel<4, 0, false>, probe_kernel<4, 1, false>, probe_kernel<4, 2, false>,
                                   probe_kernel<4, 0, true>};
   if (kind < 0 || kind > 3) return (int)cudaErrorInvalidValue;
@@ -141,7 +145,7 @@ int probe_launch(int kind, const void* w, void* out, int grid, int block, int nb
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, fns[kind], (const uint4*)w, nb, sm_units, chunk, per_warp,
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, fns[kind], (const uint4*)w, nb, sm_units, chunk, per_warp, l2p,
                                            (uint32_t*)out);
   if (e != cudaSuccess) (void)cudaGetLastError();
   return (int)e;
@@ -152,11 +156,11 @@ BINDING = r"""
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 int probe_launch(int kind, const void* w, void* out, int grid, int block, int nb, int sm_units, int chunk,
-                 int per_warp, int pdl, cudaStream_t st);
+                 int per_warp, int l2p, int pdl, cudaStream_t st);
 int launch(torch::Tensor w, int64_t offset, torch::Tensor out, int64_t kind, int64_t grid, int64_t block, int64_t nb,
-           int64_t sm_units, int64_t chunk, int64_t per_warp, int64_t pdl) {
+           int64_t sm_units, int64_t chunk, int64_t per_warp, int64_t l2p, int64_t pdl) {
   return probe_launch((int)kind, (const char*)w.data_ptr() + offset, out.data_ptr(), (int)grid, (int)block, (int)nb,
-                      (int)sm_units, (int)chunk, (int)per_warp, (int)pdl, at::cuda::getCurrentCUDAStream());
+                      (int)sm_units, (int)chunk, (int)per_warp, (int)l2p, (int)pdl, at::cuda::getCurrentCUDAStream());
 }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("launch", &launch); }
 """
@@ -172,16 +176,18 @@ KINDS = {"top": 0, "reg1": 1, "reg2": 2, "end": 3}
 
 
 def variants(nb, block):
-    """(label, kind, sm_units, chunk, per_warp, pdl) for a size whose threads each read nb batches; smem variants
-    in whole batches (U * block units) up to 96 KB per CTA, copied in 16 KB chunks by one thread, and (suffix w)
-    in 1.5 KB chunks (gemvz's group) by lane 0 of every warp."""
-    out = [("end", 3, 0, 0, 0, 1), ("top", 0, 0, 0, 0, 1), ("reg1", 1, 0, 0, 0, 1), ("reg2", 2, 0, 0, 0, 1)]
+    """(label, kind, sm_units, chunk, per_warp, l2p, pdl) for a size whose threads each read nb batches; smem
+    variants in whole batches (U * block units) up to 96 KB per CTA, copied in 16 KB chunks by one thread, and
+    (suffix w) in 1.5 KB chunks (gemvz's group) by lane 0 of every warp; l2pK: K KB per CTA prefetched into L2
+    before the wait (cp.async.bulk.prefetch.L2), all of it then streamed through registers."""
+    out = [("end", 3, 0, 0, 0, 0, 1), ("top", 0, 0, 0, 0, 0, 1), ("reg1", 1, 0, 0, 0, 0, 1), ("reg2", 2, 0, 0, 0, 0, 1)]
     batch_units = U * block
     for k in (1, 2, 3):
         if k < nb and k * batch_units * 16 <= 96 * 1024:
-            out.append((f"smem{k * batch_units * 16 // 1024}", 0, k * batch_units, 1024, 0, 1))
-            out.append((f"smem{k * batch_units * 16 // 1024}w", 0, k * batch_units, 96, 1, 1))
-    out += [("end-nopdl", 3, 0, 0, 0, 0), ("top-nopdl", 0, 0, 0, 0, 0)]
+            out.append((f"smem{k * batch_units * 16 // 1024}", 0, k * batch_units, 1024, 0, 0, 1))
+            out.append((f"smem{k * batch_units * 16 // 1024}w", 0, k * batch_units, 96, 1, 0, 1))
+            out.append((f"l2p{k * batch_units * 16 // 1024}", 0, 0, 0, 0, k * batch_units, 1))
+    out += [("end-nopdl", 3, 0, 0, 0, 0, 0), ("top-nopdl", 0, 0, 0, 0, 0, 0)]
     return out
 
 
@@ -214,9 +220,9 @@ def run_size(ext, name, replays):
     print(f"[probe] {name}: {nbytes / 1e6:.1f} MB, grid {grid} x {block}, {per_cta // (U * block)} batches of {U} "
           f"per thread, P = {P} copies", flush=True)
 
-    def launcher(kind, smu, chunk, per_warp, pdl, i):
+    def launcher(kind, smu, chunk, per_warp, l2p, pdl, i):
         nb = (per_cta - smu) // (U * block)
-        return lambda: ext.launch(buf, i * nbytes, outs[i], kind, grid, block, nb, smu, chunk, per_warp, pdl)
+        return lambda: ext.launch(buf, i * nbytes, outs[i], kind, grid, block, nb, smu, chunk, per_warp, l2p, pdl)
 
     res = {v[0]: [] for v in vs}
     for label, *v in vs:                      # check every variant before any timing
