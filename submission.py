@@ -845,8 +845,13 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   } else {
     const int g0 = sidx * KGS + warp * KGW;
     const size_t rstride = (size_t)KG * 96;
-    const uint4* wp = w + ((size_t)rg * R * KG + g0) * 96 + lane;
     const int KGL = KGW - sp;  // groups streamed through registers; the last sp come from shared memory
+#ifdef MUSE_SP_HEAD  // A/B: the first sp groups are prefilled and run first (right after the wait)
+    const int HS = sp, PS = 0;
+#else
+    const int HS = 0, PS = KGL;  // HS: first streamed group; PS: first prefilled group
+#endif
+    const uint4* wp = w + ((size_t)rg * R * KG + g0 + HS) * 96 + lane;
     // the warp's zs (xs = zs + R * sp * 96), recomputed where used: nothing of it lives across the loop
     // MR = min(M, NB * 8): token rows of x the prefill copies
     auto zs_of = [=]() {
@@ -857,7 +862,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         mbar_init_tx(&zbar[warp], (uint32_t)(R * sp * 1536 + min(M, NB * 8) * sp * 128));  // weights + x
 #pragma unroll
         for (int r = 0; r < R; r++)
-          bulk_g2s(zs_of() + r * sp * 96, wp - lane + r * rstride + KGL * 96, sp * 1536u, &zbar[warp]);
+          bulk_g2s(zs_of() + r * sp * 96, wp - lane + r * rstride + (PS - HS) * 96, sp * 1536u, &zbar[warp]);
       }
       __syncwarp();
     }
@@ -882,15 +887,62 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 
     const bf16* xr[NB];
 #pragma unroll
-    for (int nb = 0; nb < NB; nb++) xr[nb] = x + (size_t)min(nb * 8 + g, M - 1) * K + g0 * 64 + t * 8;
+    for (int nb = 0; nb < NB; nb++) xr[nb] = x + (size_t)min(nb * 8 + g, M - 1) * K + (g0 + HS) * 64 + t * 8;
     if (sp && lane < min(M, NB * 8))  // x of the prefilled groups: lane = token row
-      bulk_g2s(reinterpret_cast<bf16*>(zs_of() + R * sp * 96) + lane * sp * 64, x + (size_t)lane * K + (g0 + KGL) * 64,
+      bulk_g2s(reinterpret_cast<bf16*>(zs_of() + R * sp * 96) + lane * sp * 64, x + (size_t)lane * K + (g0 + PS) * 64,
                sp * 128u, &zbar[warp]);
     float acc[R][NB][4];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
       for (int nb = 0; nb < NB; nb++) acc[r][nb][0] = acc[r][nb][1] = acc[r][nb][2] = acc[r][nb][3] = 0.f;
+    auto run_prefilled = [&]() {  // the prefilled groups, in k order
+#ifdef MUSE_SP_GLOBAL  // A/B: the copies are made but the tail streams its groups from global memory again
+    for (int j = 0; j < sp; j++) {
+      uint4 zz[R][3], xa[NB], xb[NB];
+#pragma unroll
+      for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int c = 0; c < 3; c++) zz[r][c] = ld_stream(wp + r * rstride + (size_t)(PS - HS + j) * 96 + c * 32);
+#pragma unroll
+      for (int nb = 0; nb < NB; nb++) {
+        xa[nb] = ld_x(xr[nb] + (PS - HS + j) * 64);
+        xb[nb] = ld_x(xr[nb] + (PS - HS + j) * 64 + 32);
+      }
+#pragma unroll
+      for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], zz[r], xa, xb, TL, TH);
+    }
+    if (false) {
+#else
+    if (sp) {  // the prefilled groups, last, in k order (copied long before: the wait below returns at once)
+#endif
+#ifndef MUSE_SP_NOWAIT  // A/B only: without the wait the tail may read copies that have not landed
+      mbar_wait0(&zbar[warp]);
+#endif
+      // 32-bit shared addresses (fewer registers than generic pointers at the pooler config's 60-register cap)
+      const uint32_t za = (uint32_t)__cvta_generic_to_shared(zs_of()) + lane * 16;
+      const uint32_t xa0 = za - lane * 16 + R * sp * 1536 + t * 16;
+      const int MR = min(M, NB * 8);
+      for (int j = 0; j < sp; j++) {
+        uint4 zz[R][3], xa[NB], xb[NB];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+          for (int c = 0; c < 3; c++) zz[r][c] = ld_shared16(za + ((r * sp + j) * 96 + c * 32) * 16);
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) {
+          const uint32_t xrow = xa0 + (min(nb * 8 + g, MR - 1) * sp + j) * 128;  // rows past M repeat M - 1
+          xa[nb] = ld_shared16(xrow);
+          xb[nb] = ld_shared16(xrow + 64);
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], zz[r], xa, xb, TL, TH);
+      }
+    }
+    };
+#ifdef MUSE_SP_HEAD
+    run_prefilled();
+#endif
 
     if constexpr (PIPE == 0 || PIPE == 3) {
       for (int i = 0; i < KGL; i += UG) {
@@ -941,48 +993,9 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         }
       }
     }
-#ifdef MUSE_SP_GLOBAL  // A/B: the copies are made but the tail streams its groups from global memory again
-    for (int j = 0; j < sp; j++) {
-      uint4 zz[R][3], xa[NB], xb[NB];
-#pragma unroll
-      for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int c = 0; c < 3; c++) zz[r][c] = ld_stream(wp + r * rstride + (size_t)(KGL + j) * 96 + c * 32);
-#pragma unroll
-      for (int nb = 0; nb < NB; nb++) {
-        xa[nb] = ld_x(xr[nb] + (KGL + j) * 64);
-        xb[nb] = ld_x(xr[nb] + (KGL + j) * 64 + 32);
-      }
-#pragma unroll
-      for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], zz[r], xa, xb, TL, TH);
-    }
-    if (false) {
-#else
-    if (sp) {  // the prefilled groups, last, in k order (copied long before: the wait below returns at once)
+#ifndef MUSE_SP_HEAD
+    run_prefilled();
 #endif
-#ifndef MUSE_SP_NOWAIT  // A/B only: without the wait the tail may read copies that have not landed
-      mbar_wait0(&zbar[warp]);
-#endif
-      // 32-bit shared addresses (fewer registers than generic pointers at the pooler config's 60-register cap)
-      const uint32_t za = (uint32_t)__cvta_generic_to_shared(zs_of()) + lane * 16;
-      const uint32_t xa0 = za - lane * 16 + R * sp * 1536 + t * 16;
-      const int MR = min(M, NB * 8);
-      for (int j = 0; j < sp; j++) {
-        uint4 zz[R][3], xa[NB], xb[NB];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-          for (int c = 0; c < 3; c++) zz[r][c] = ld_shared16(za + ((r * sp + j) * 96 + c * 32) * 16);
-#pragma unroll
-        for (int nb = 0; nb < NB; nb++) {
-          const uint32_t xrow = xa0 + (min(nb * 8 + g, MR - 1) * sp + j) * 128;  // rows past M repeat M - 1
-          xa[nb] = ld_shared16(xrow);
-          xb[nb] = ld_shared16(xrow + 64);
-        }
-#pragma unroll
-        for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], zz[r], xa, xb, TL, TH);
-      }
-    }
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
