@@ -104,10 +104,10 @@ def t_picks(crows, zrows, trows):
                   and _us(r) < best[(r["layer"], r["m"])])
 
 
-CONFIG_DEFAULTS = {"r": 1, "pf": 0, "pdl": 1, "cl": 0, "co": -1, "sp": 0}
+CONFIG_DEFAULTS = {"r": 1, "pf": 0, "pdl": 1, "cl": 0, "co": -1}
 # Fields written into a literal only when a row sets them to something other than the default (rows tuned
 # before the field existed keep their literal as it was).
-OPTIONAL_FIELDS = ("co", "sp")
+OPTIONAL_FIELDS = ("co",)
 
 
 def cfg_of(row, f):
@@ -192,7 +192,7 @@ def generate(text):
                           table_literal("CTABLE", "GemvConfig", ("nw", "s", "u", "r", "pipe", "pf", "pdl", "cl", "co"),
                                         crows))
     text = replace_region(text, PY_BEGIN.format(src="ztable.json"), PY_END,
-                          table_literal("ZTABLE", "GemvzConfig", ("nw", "s", "ug", "r", "pipe", "pf", "pdl", "cl", "co", "sp"),
+                          table_literal("ZTABLE", "GemvzConfig", ("nw", "s", "ug", "r", "pipe", "pf", "pdl", "cl", "co"),
                                         zwin))
     tlit = table_literal("TTABLE", "TritonConfig", ("bn", "bk", "s", "warps", "stages", "mode", "pdl"), trows)
     tlit += "\nTPICK = frozenset(" + ("{" + ", ".join(f"({json.dumps(l)}, {m})" for l, m in picks) + "}" if picks

@@ -35,9 +35,8 @@ import torch
 # (cudaLaunchAttributePreferredSharedMemoryCarveout, percent of the SM's unified L1 / shared memory; -1: no
 # preference, the driver's choice)
 GemvConfig = collections.namedtuple("GemvConfig", "nw s u r pipe pf pdl cl co", defaults=(1, 0, -1))
-# gemvz_kernel<NW, UG, NB, R, PIPE>, likewise, plus sp: the warp's last sp groups (of UG) of each row block
-# bulk-copied into shared memory before griddepcontrol.wait (0: none)
-GemvzConfig = collections.namedtuple("GemvzConfig", "nw s ug r pipe pf pdl cl co sp", defaults=(1, 0, -1, 0))
+# gemvz_kernel<NW, UG, NB, R, PIPE>, likewise
+GemvzConfig = collections.namedtuple("GemvzConfig", "nw s ug r pipe pf pdl cl co", defaults=(1, 0, -1))
 
 # The Triton path (tri_gemv): bn weight rows per program, K step bk of one tl.dot, s split-K programs per column
 # block, Triton's num_warps / num_stages, mode "ticket" (fixed-order sum: deterministic) or "atomic" (fp32
@@ -296,29 +295,6 @@ __device__ __forceinline__ uint4 decz(uint32_t lo0, uint32_t lo1, uint32_t c, ui
 // used. Weights are constant after prepare, so this may run before pdl_wait (pf = 1: the warp's slice).
 __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
-// sp: one bulk copy (the TMA engine, no registers) of `bytes` from global src into shared dst, counted on the
-// mbarrier at bar (weights before pdl_wait, x after it).
-__device__ __forceinline__ void bulk_g2s(void* dst, const void* src, uint32_t bytes, unsigned long long* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes),
-               "r"((uint32_t)__cvta_generic_to_shared(bar)) : "memory");
-}
-
-// sp: 16 bytes from a shared-memory address (32-bit, the shared window).
-__device__ __forceinline__ uint4 ld_shared16(uint32_t a) {
-  uint4 r;
-  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(a));
-  return r;
-}
-
-// sp: a one-arrival mbarrier that expects `bytes` of bulk copies (one thread initialises and arms it).
-__device__ __forceinline__ void mbar_init_tx(unsigned long long* bar, uint32_t bytes) {
-  const uint32_t a = (uint32_t)__cvta_generic_to_shared(bar);
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(a) : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
 }
 
 // ---- shared pieces of both GEMVs ------------------------------------------------------------------
@@ -758,14 +734,6 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
 //     The side table is constant after prepare: its row offsets are read, and its first lines prefetched to
 //     L1, before pdl_wait. A row's list is walked in chunks of EC entries: the chunk's entries, then all their
 //     x values, are loaded before its first FMA (one chain of two loads per chunk, not per entry).
-// sp > 0: the warp's last sp groups of each row block are bulk-copied into shared memory (zs) before pdl_wait
-//   and run after the streamed ones, so the summation order is sp = 0's. Their x is bulk-copied into shared
-//   memory (xs: token row, then k) right after pdl_wait, on the same mbarrier, so the tail waits on no global
-//   load (device call 2: with x loaded in the tail, each prefilled group cost one L2 round trip, 0.3-0.5 us).
-//   A bare read under the same rule
-//   (tools/pdl_probe.py, 2026-12-01, 50.3 MB): registers loaded before the wait gave nothing (12.6 -> 12.5 us),
-//   32-64 KB per CTA copied into shared memory 0.8 us (-> 11.8). Dynamic shared memory: cbuf, then per warp
-//   zs [R][sp][96] units of 16 B, then xs [min(M, NB * 8) token rows][sp * 64 k] bf16.
 // An out-of-window weight decodes to a fixed in-window value v (+0 when the window holds zero);
 // prepare verified fl32(v + correction) == W for every one of them. dbg & 1 skips the corrections.
 // Lab: labs/lab3_compress.py (format, decz, the kernel in miniature).
@@ -773,13 +741,8 @@ template <int NW, int UG, int NB, int R, int PIPE>
 __global__ void __launch_bounds__((NW + 1) * 32, MIN_BLOCKS(PIPE))
 gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int* __restrict__ eptr,
              const int2* __restrict__ esc, bf16* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem,
-             int M, int N, int K, int S, uint32_t TL, uint32_t TH, int dbg, int pf, int cl, int sp_) {
+             int M, int N, int K, int S, uint32_t TL, uint32_t TH, int dbg, int pf, int cl) {
   static_assert(PIPE >= 0 && PIPE <= 5, "PIPE is 0..5");
-#ifdef MUSE_NO_SP
-  constexpr int sp = 0;  // tools/ab_define.py: the kernel without the prefill code (does it cost sp = 0 configs?)
-#else
-  const int sp = sp_;
-#endif
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   constexpr int EC = NB == 4 ? 2 : 4;  // exception chunk: EC entries x NB*4 tokens of x in flight per lane
   extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
@@ -792,7 +755,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   const int KG = K / 64, KGS = KG / S, KGW = KGS / NW;
   __shared__ float4 red[NW][P];
   __shared__ float ecorr[R * 16][NB * 8 + 1];  // +1: the 16 rows of a block land in 16 different banks
-  __shared__ unsigned long long zbar[NW];       // sp: the streaming warp's prefill
 
   if (warp == NW) {
     const int rl = lane & 15, p = lane >> 4;
@@ -845,27 +807,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   } else {
     const int g0 = sidx * KGS + warp * KGW;
     const size_t rstride = (size_t)KG * 96;
-    const int KGL = KGW - sp;  // groups streamed through registers; the last sp come from shared memory
-#ifdef MUSE_SP_HEAD  // A/B: the first sp groups are prefilled and run first (right after the wait)
-    const int HS = sp, PS = 0;
-#else
-    const int HS = 0, PS = KGL;  // HS: first streamed group; PS: first prefilled group
-#endif
-    const uint4* wp = w + ((size_t)rg * R * KG + g0 + HS) * 96 + lane;
-    // the warp's zs (xs = zs + R * sp * 96), recomputed where used: nothing of it lives across the loop
-    // MR = min(M, NB * 8): token rows of x the prefill copies
-    auto zs_of = [=]() {
-      return reinterpret_cast<uint4*>(cbuf + (cl ? (S - 1) * P : 0)) + (size_t)warp * sp * (R * 96 + min(M, NB * 8) * 8);
-    };
-    if (sp) {
-      if (lane == 0) {
-        mbar_init_tx(&zbar[warp], (uint32_t)(R * sp * 1536 + min(M, NB * 8) * sp * 128));  // weights + x
-#pragma unroll
-        for (int r = 0; r < R; r++)
-          bulk_g2s(zs_of() + r * sp * 96, wp - lane + r * rstride + (PS - HS) * 96, sp * 1536u, &zbar[warp]);
-      }
-      __syncwarp();
-    }
+    const uint4* wp = w + ((size_t)rg * R * KG + g0) * 96 + lane;
     if (pf && lane == 0) {
 #pragma unroll
       for (int r = 0; r < R; r++) prefetch_l2(wp + r * rstride, (uint32_t)KGW * 1536u);
@@ -887,65 +829,15 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 
     const bf16* xr[NB];
 #pragma unroll
-    for (int nb = 0; nb < NB; nb++) xr[nb] = x + (size_t)min(nb * 8 + g, M - 1) * K + (g0 + HS) * 64 + t * 8;
-    if (sp && lane < min(M, NB * 8))  // x of the prefilled groups: lane = token row
-      bulk_g2s(reinterpret_cast<bf16*>(zs_of() + R * sp * 96) + lane * sp * 64, x + (size_t)lane * K + (g0 + PS) * 64,
-               sp * 128u, &zbar[warp]);
+    for (int nb = 0; nb < NB; nb++) xr[nb] = x + (size_t)min(nb * 8 + g, M - 1) * K + g0 * 64 + t * 8;
     float acc[R][NB][4];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
       for (int nb = 0; nb < NB; nb++) acc[r][nb][0] = acc[r][nb][1] = acc[r][nb][2] = acc[r][nb][3] = 0.f;
-    auto run_prefilled = [&]() {  // the prefilled groups, in k order
-#ifdef MUSE_SP_GLOBAL  // A/B: the copies are made but the tail streams its groups from global memory again
-    for (int j = 0; j < sp; j++) {
-      uint4 zz[R][3], xa[NB], xb[NB];
-#pragma unroll
-      for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int c = 0; c < 3; c++) zz[r][c] = ld_stream(wp + r * rstride + (size_t)(PS - HS + j) * 96 + c * 32);
-#pragma unroll
-      for (int nb = 0; nb < NB; nb++) {
-        xa[nb] = ld_x(xr[nb] + (PS - HS + j) * 64);
-        xb[nb] = ld_x(xr[nb] + (PS - HS + j) * 64 + 32);
-      }
-#pragma unroll
-      for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], zz[r], xa, xb, TL, TH);
-    }
-    if (false) {
-#else
-    if (sp) {  // the prefilled groups, last, in k order (copied long before: the wait below returns at once)
-#endif
-#ifndef MUSE_SP_NOWAIT  // A/B only: without the wait the tail may read copies that have not landed
-      mbar_wait0(&zbar[warp]);
-#endif
-      // 32-bit shared addresses (fewer registers than generic pointers at the pooler config's 60-register cap)
-      const uint32_t za = (uint32_t)__cvta_generic_to_shared(zs_of()) + lane * 16;
-      const uint32_t xa0 = za - lane * 16 + R * sp * 1536 + t * 16;
-      const int MR = min(M, NB * 8);
-      for (int j = 0; j < sp; j++) {
-        uint4 zz[R][3], xa[NB], xb[NB];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-          for (int c = 0; c < 3; c++) zz[r][c] = ld_shared16(za + ((r * sp + j) * 96 + c * 32) * 16);
-#pragma unroll
-        for (int nb = 0; nb < NB; nb++) {
-          const uint32_t xrow = xa0 + (min(nb * 8 + g, MR - 1) * sp + j) * 128;  // rows past M repeat M - 1
-          xa[nb] = ld_shared16(xrow);
-          xb[nb] = ld_shared16(xrow + 64);
-        }
-#pragma unroll
-        for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], zz[r], xa, xb, TL, TH);
-      }
-    }
-    };
-#ifdef MUSE_SP_HEAD
-    run_prefilled();
-#endif
 
     if constexpr (PIPE == 0 || PIPE == 3) {
-      for (int i = 0; i < KGL; i += UG) {
+      for (int i = 0; i < KGW; i += UG) {
         if (i > 0) load_zbatch<UG, R>(z, wp, rstride, i);
 #pragma unroll
         for (int u = 0; u < UG; u++) {
@@ -969,10 +861,10 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       };
       uint4 xa[UG][NB], xb[UG][NB];
       if constexpr (XAHEAD) load_x(xa, xb, 0);
-      for (int i = 0; i < KGL; i += UG) {
+      for (int i = 0; i < KGW; i += UG) {
         if constexpr (!XAHEAD) load_x(xa, xb, i);
         uint4 nz[UG][R][3], nxa[UG][NB], nxb[UG][NB];
-        if (i + UG < KGL) {
+        if (i + UG < KGW) {
           load_zbatch<UG, R>(nz, wp, rstride, i + UG);
           if constexpr (XAHEAD) load_x(nxa, nxb, i + UG);
         }
@@ -993,9 +885,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         }
       }
     }
-#ifndef MUSE_SP_HEAD
-    run_prefilled();
-#endif
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
@@ -1179,13 +1068,13 @@ int gemv_dispatch(const void* x, const void* w, const void* w2, void* out, void*
 
 int gemvz_dispatch(const void* x, const void* w, const void* eptr, const void* esc, void* out, void* ws, void* sem,
                    int M, int N, int K, int S, int NW, int UG, int NB, int R, int P, uint32_t TL, uint32_t TH, int dbg,
-                   int pf, int cl, int co, int sp, bool pdl, cudaStream_t st) {
+                   int pf, int cl, int co, bool pdl, cudaStream_t st) {
 #define LAUNCH_Z3(NW_, U_, NB_, R_, P_)                                                                     \
   if (NW == NW_ && UG == U_ && NB == NB_ && R == R_ && P == P_)                                              \
     return launch_pdl(gemvz_kernel<NW_, U_, NB_, R_, P_>, dim3(N / (16 * R_), S), dim3((NW_ + 1) * 32), st,    \
-                      pdl, cl ? S : 1, (cl ? (size_t)(S - 1) * R_ * NB_ * 32 * 16 : 0) + (size_t)NW_ * sp * (R_ * 1536 + min(M, NB_ * 8) * 128), \
-                      co, (const bf16*)x, (const uint4*)w, (const int*)eptr, (const int2*)esc, (bf16*)out,          \
-                      (float4*)ws, (int*)sem, M, N, K, S, TL, TH, dbg, pf, cl, sp);
+                      pdl, cl ? S : 1, cl ? (size_t)(S - 1) * R_ * NB_ * 32 * 16 : 0, co, (const bf16*)x,       \
+                      (const uint4*)w, (const int*)eptr, (const int2*)esc, (bf16*)out, (float4*)ws, (int*)sem, M, N, \
+                      K, S, TL, TH, dbg, pf, cl);
   GEMVZ_CONFIGS(LAUNCH_Z3)
 #undef LAUNCH_Z3
   return -1;
@@ -1227,7 +1116,7 @@ int gemv_dispatch(const void* x, const void* w, const void* w2, void* out, void*
                   int S, int NW, int U, int NB, int R, bool dual, int P, int pf, int cl, int co, bool pdl, cudaStream_t st);
 int gemvz_dispatch(const void* x, const void* w, const void* eptr, const void* esc, void* out, void* ws, void* sem,
                    int M, int N, int K, int S, int NW, int UG, int NB, int R, int P, uint32_t TL, uint32_t TH, int dbg,
-                   int pf, int cl, int co, int sp, bool pdl, cudaStream_t st);
+                   int pf, int cl, int co, bool pdl, cudaStream_t st);
 int gemv_attrs(int NW, int U, int NB, int R, bool dual, int P, int* res);
 int gemvz_attrs(int NW, int UG, int NB, int R, int P, int* res);
 int unpackz_launch(const void* w, void* out, int N, int K, uint32_t TL, uint32_t TH, cudaStream_t st);
@@ -1258,10 +1147,10 @@ void gemv(torch::Tensor x, torch::Tensor w, torch::Tensor w2, torch::Tensor out,
 
 void gemvz(torch::Tensor x, torch::Tensor w, torch::Tensor eptr, torch::Tensor esc, torch::Tensor out, torch::Tensor ws,
            torch::Tensor sem, int64_t N, int64_t K, int64_t NW, int64_t S, int64_t UG, int64_t R, int64_t NB, int64_t P,
-           int64_t TL, int64_t TH, int64_t dbg, int64_t pf, int64_t cl, int64_t co, int64_t sp, bool pdl) {
+           int64_t TL, int64_t TH, int64_t dbg, int64_t pf, int64_t cl, int64_t co, bool pdl) {
   const int rc = gemvz_dispatch(x.data_ptr(), w.data_ptr(), eptr.data_ptr(), esc.data_ptr(), out.data_ptr(), ws.data_ptr(),
                                 sem.data_ptr(), (int)x.size(0), (int)N, (int)K, (int)S, (int)NW, (int)UG, (int)NB,
-                                (int)R, (int)P, (uint32_t)TL, (uint32_t)TH, (int)dbg, (int)pf, (int)cl, (int)co, (int)sp, pdl,
+                                (int)R, (int)P, (uint32_t)TL, (uint32_t)TH, (int)dbg, (int)pf, (int)cl, (int)co, pdl,
                                 c10::cuda::getCurrentCUDAStream());
   if (rc) check_rc(rc, gemvz_name(NW, UG, NB, R, P));
 }
@@ -1780,15 +1669,12 @@ def nb_of(m):
     return 1 if m <= 8 else 2 if m <= 16 else 4
 
 
-def smem_bytes(nw, nb, r, compressed, s=1, cl=0, sp=0, m=None):
-    """Shared memory of one CTA: the warps' partials red[NW][R*NB*32] (+ the exception warp's ecorr and the
-    streaming warps' prefill mbarriers), and with cl the leader's cbuf[S - 1][R*NB*32] for the other CTAs of its
-    cluster (+ the ticket flag and the cl = 2 mbarrier, 12 B, in every build); sp: the prefilled groups and
-    their x, NW * sp * (R * 1536 + min(m, NB * 8) * 128) B (m None: NB * 8 rows)."""
+def smem_bytes(nw, nb, r, compressed, s=1, cl=0):
+    """Shared memory of one CTA: the warps' partials red[NW][R*NB*32] (+ the exception warp's ecorr), and with
+    cl the leader's cbuf[S - 1][R*NB*32] for the other CTAs of its cluster (+ the ticket flag and the cl = 2
+    mbarrier, 12 B, in every build)."""
     part = r * nb * 32 * 16
-    rows = nb * 8 if m is None else min(m, nb * 8)
-    z = r * 16 * (nb * 8 + 1) * 4 + 8 * nw + nw * sp * (r * 1536 + rows * 128) if compressed else 0
-    return nw * part + z + 4 + 8 + (s - 1) * part * (cl >= 1)
+    return nw * part + (r * 16 * (nb * 8 + 1) * 4 if compressed else 0) + 4 + 8 + (s - 1) * part * (cl >= 1)
 
 
 def _split_fits(cfg, smem):
@@ -1822,11 +1708,7 @@ def gemvz_fits(cfg, N, K, m):
         return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 64"
     if KG % (cfg.s * cfg.nw * cfg.ug):
         return f"K/64={KG} not divisible by S*NW*UG={cfg.s * cfg.nw * cfg.ug}"
-    kgw = KG // (cfg.s * cfg.nw)
-    if not (isinstance(cfg.sp, int) and cfg.sp >= 0 and cfg.sp % cfg.ug == 0 and cfg.sp <= kgw - cfg.ug):
-        return (f"sp={cfg.sp!r}: expected a multiple of UG={cfg.ug} from 0 to the warp's {kgw} groups less one "
-                f"batch ({kgw - cfg.ug})")
-    return _split_fits(cfg, smem_bytes(cfg.nw, nb, cfg.r, True, cfg.s, cfg.cl, cfg.sp, m))
+    return _split_fits(cfg, smem_bytes(cfg.nw, nb, cfg.r, True, cfg.s, cfg.cl))
 
 
 def default_config(N, K, m, compressed):
@@ -2228,5 +2110,5 @@ def kernel_fn(x, layer, out=None):
     else:
         z = layer.z
         _EXT.gemvz(x, z.stream, z.eptr, z.esc, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.ug, c.r,
-                   nb_of(m), c.pipe, z.TL, z.TH, layer.dbg, c.pf, c.cl, c.co, c.sp, layer.pdl and c.pdl == 1)
+                   nb_of(m), c.pipe, z.TL, z.TH, layer.dbg, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
     return out

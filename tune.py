@@ -6,7 +6,6 @@
     python tune.py --paths compressed       # one path only (the other path's rows are kept)
     python tune.py --pf 0,1 --pf-final 0   # L2 prefetch values for the screen / the finalists
     python tune.py --co-final -1,0,100      # shared memory carveouts tried on the finalists
-    python tune.py --sp-final 0,1,2         # prefilled groups tried on the compressed finalists, where they fit
     python tune.py --backend triton         # the Triton path's configs -> tables/ttable.json
     python build.py                         # then regenerate submission.py from the tables
 
@@ -51,10 +50,6 @@ FINAL_PFS = (0, 1)
 # the finalists (session 3: the dynamic shared memory attribute, which changes the driver's choice, moved the
 # router by 2.6 us and a qkv_gate m=32 config by 5.8 us).
 FINAL_COS = (-1,)
-# Prefilled groups (sp, compressed only: the warp's last sp groups bulk-copied into shared memory before the
-# wait): tried on the finalists, each value that fits the shape (tools/pdl_probe.py: a bare read under the wait
-# gained 0.7-1.9 us from 32-96 KB per CTA of such copies).
-FINAL_SPS = (0, 1, 2, 4)
 ROOT = os.path.dirname(os.path.abspath(__file__))
 RENAMED = ("gemv_dispatch", "gemvz_dispatch", "gemv_attrs", "gemvz_attrs", "unpackz_launch", "unpackz_kernel")
 
@@ -111,9 +106,8 @@ def tune_sources(insts, nfiles):
                           "x, w, w2, out, ws, sem, M, N, K, S, NW, U, NB, R, dual, P, pf, cl, co, pdl, st"),
         "gemvz_dispatch": ("int", "const void* x, const void* w, const void* eptr, const void* esc, void* out, void* ws, "
                            "void* sem, int M, int N, int K, int S, int NW, int UG, int NB, int R, int P, uint32_t TL, "
-                           "uint32_t TH, int dbg, int pf, int cl, int co, int sp, bool pdl, cudaStream_t st",
-                           "x, w, eptr, esc, out, ws, sem, M, N, K, S, NW, UG, NB, R, P, TL, TH, dbg, pf, cl, co, sp, pdl, "
-                           "st"),
+                           "uint32_t TH, int dbg, int pf, int cl, int co, bool pdl, cudaStream_t st",
+                           "x, w, eptr, esc, out, ws, sem, M, N, K, S, NW, UG, NB, R, P, TL, TH, dbg, pf, cl, co, pdl, st"),
         "gemv_attrs": ("int", "int NW, int U, int NB, int R, bool dual, int P, int* res", "NW, U, NB, R, dual, P, res"),
         "gemvz_attrs": ("int", "int NW, int UG, int NB, int R, int P, int* res", "NW, UG, NB, R, P, res"),
     }
@@ -219,10 +213,9 @@ def time_config(Ls, m, cfg, x, replays):
     return ms * 1e3 / len(Ls)
 
 
-def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=(), final_cos=(), final_sps=(), fits=None):
+def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=(), final_cos=()):
     """Screen every candidate, re-time the best `keep`, each also at every pf of final_pfs, every carveout of
-    final_cos, every sp of final_sps that fits (compressed configs; fits(cfg) says why not, or None) and without
-    PDL; returns [(us, cfg)] sorted, finalists first."""
+    final_cos and without PDL; returns [(us, cfg)] sorted, finalists first."""
     res = []
     for c in cands:
         try:
@@ -236,9 +229,6 @@ def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=(), final_cos
     for _, c in res[:keep]:
         bases = [c] + [c._replace(pf=p) for p in final_pfs if p != c.pf]   # TritonConfig: no pf, no final_pfs
         bases += [b._replace(co=v) for b in list(bases) for v in final_cos if v != b.co]
-        if hasattr(c, "sp"):
-            bases += [b._replace(sp=v) for b in list(bases) for v in final_sps
-                      if v != b.sp and fits(b._replace(sp=v)) is None]
         for b in bases:
             for c2 in (b, b._replace(pdl=0)):
                 if c2 not in variants:
@@ -297,8 +287,6 @@ def main(argv=None):
     ap.add_argument("--paths", default="plain,compressed", help="CUDA paths to tune: plain, compressed or both")
     ap.add_argument("--pf", default=",".join(map(str, PFS)), help="L2 prefetch values to screen (0, 1)")
     ap.add_argument("--pf-final", default=",".join(map(str, FINAL_PFS)), help="L2 prefetch values for the finalists")
-    ap.add_argument("--sp-final", default=",".join(map(str, FINAL_SPS)),
-                    help="prefilled groups (compressed) tried on the finalists, where they fit")
     ap.add_argument("--co-final", default=",".join(map(str, FINAL_COS)),
                     help="shared memory carveouts (-1 = driver's choice, 0..100 percent) for the finalists")
     args = ap.parse_args(argv)
@@ -317,9 +305,6 @@ def main(argv=None):
     fcos = tuple(int(v) for v in args.co_final.split(",") if v)
     if not all(-1 <= v <= 100 for v in fcos):
         ap.error(f"--co-final {args.co_final!r}: expected -1 or percentages 0..100")
-    fsps = tuple(int(v) for v in args.sp_final.split(",") if v)
-    if any(v < 0 for v in fsps):
-        ap.error(f"--sp-final {args.sp_final!r}: expected group counts >= 0")
     nws = tuple(int(v) for v in args.nw.split(",") if v)
     if not nws or not set(nws) <= set(NWS):
         ap.error(f"--nw {args.nw!r}: expected values in {NWS}")
@@ -364,12 +349,10 @@ def main(argv=None):
                         f"{best_by(rp, 'pf')}; {best_by(rp, 'co')}; {best_by(rp, 'pipe')})")
             if not dual and "compressed" in paths:
                 cz, sz = candidates(ext, N, K, m, dual, True, pfs, nws)
-                fits = lambda c, N=N, K=K, m=m: sub.gemvz_fits(c, N, K, m)
-                rz = verified(Ls, m, x, tune_shape(Ls, m, x, cz, args.screen, args.full, args.keep, log, fpfs, fcos,
-                                                   fsps, fits), log)
+                rz = verified(Ls, m, x, tune_shape(Ls, m, x, cz, args.screen, args.full, args.keep, log, fpfs, fcos), log)
                 zrow[(name, m)] = row_of(name, m, rz, dev, date)
                 line += (f" | compressed {rz[0][1]} {rz[0][0]:.2f} us (next {rz[1][0]:.2f}; {len(cz)} cands, "
-                         f"{sz} spilled; {best_by(rz, 'pf')}; {best_by(rz, 'co')}; {best_by(rz, 'sp')}; {best_by(rz, 'pipe')})")
+                         f"{sz} spilled; {best_by(rz, 'pf')}; {best_by(rz, 'co')}; {best_by(rz, 'pipe')})")
             done += 1
             el = time.time() - t_start
             log(f"[tune {done}/{total}] {name} m={m}: {line}  [{time.time() - t0:.0f} s; {el:.0f} s in all]")

@@ -14,12 +14,3 @@ CLUSTER_CASES = [
     ("qkv_gate", 8, S.GemvzConfig(nw=_ZNW, s=4, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0)),
     ("pooler", 2, S.GemvzConfig(nw=_ZNW, s=2, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0)),
 ]
-
-# (layer, m, config, sp values): compressed configs run with the warp's last sp groups prefilled into shared
-# memory before griddepcontrol.wait; same summation order, so the same bits as sp = 0
-PREFILL_CASES = [
-    ("pooler", 2, S.GemvzConfig(nw=_ZNW, s=1, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0), (1, 4)),
-    ("qkv_gate", 8, S.GemvzConfig(nw=_ZNW, s=4, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0, cl=2), (1, 4)),
-    ("qkv_gate", 8, S.GemvzConfig(nw=_ZNW, s=4, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=1, cl=0), (2,)),
-    ("o_proj", 32, S.GemvzConfig(nw=_ZNW, s=1, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0), (1,)),
-]

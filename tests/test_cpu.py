@@ -387,33 +387,6 @@ def test_carveout_is_minus_1_or_a_percentage_and_defaults_to_the_drivers_choice(
     assert "co='50'" in S.gemv_fits(c._replace(co="50"), 4096, 8192, 1)
 
 
-def test_prefill_sp_is_a_multiple_of_ug_that_leaves_one_streamed_batch_and_fits_shared_memory():
-    # pooler K=8192: 128 groups; nw=16, s=1: 8 per warp
-    c = S.GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=2, pf=0)
-    assert c.sp == 0 and S.gemvz_fits(c, 4096, 8192, 1) is None
-    assert S.gemvz_fits(c._replace(sp=1), 4096, 8192, 1) is None
-    assert "shared memory" in S.gemvz_fits(c._replace(sp=2), 4096, 8192, 1)      # 16 * 2 * 1664 B > 48 KB
-    assert "shared memory" in S.gemvz_fits(c._replace(sp=1), 4096, 8192, 8)      # 8 rows of x: 16 * 2560 B
-    c4 = S.GemvzConfig(nw=4, s=4, ug=2, r=1, pipe=1, pf=0, cl=2)                 # qkv_gate: 8 groups per warp
-    assert S.gemvz_fits(c4._replace(sp=6), 2304, 8192, 1) is None
-    assert "sp=8" in S.gemvz_fits(c4._replace(sp=8), 2304, 8192, 1)             # nothing left to stream
-    assert "sp=3" in S.gemvz_fits(c4._replace(sp=3), 2304, 8192, 1)             # not a multiple of UG
-    assert "sp=-1" in S.gemvz_fits(c4._replace(sp=-1), 2304, 8192, 1)
-    assert (S.smem_bytes(4, 1, 2, True, sp=3) - S.smem_bytes(4, 1, 2, True)) == 4 * 3 * (2 * 1536 + 1024)
-    assert (S.smem_bytes(4, 2, 2, True, sp=3, m=3) - S.smem_bytes(4, 2, 2, True)) == 4 * 3 * (2 * 1536 + 3 * 128)
-    assert S.smem_bytes(4, 1, 2, False, sp=3) == S.smem_bytes(4, 1, 2, False)
-
-
-def test_table_literal_writes_sp_only_when_a_row_sets_one():
-    rows = [{"layer": "x", "m": 1, "config": {"nw": 4, "s": 1, "ug": 1, "pipe": 2}, "us": 1.0},
-            {"layer": "x", "m": 2, "config": {"nw": 4, "s": 1, "ug": 1, "pipe": 2, "sp": 2}, "us": 1.0}]
-    fields = ("nw", "s", "ug", "r", "pipe", "pf", "pdl", "cl", "co", "sp")
-    lit = build.table_literal("T", "GemvzConfig", fields, rows)
-    assert "sp=" not in lit.splitlines()[1] and lit.splitlines()[2].count("sp=2)") == 1
-    t = eval(lit[4:], {"GemvzConfig": S.GemvzConfig})
-    assert [c.sp for c in t.values()] == [0, 2]
-
-
 def test_table_literal_writes_the_carveout_only_when_a_row_sets_one():
     rows = [{"layer": "x", "m": 1, "config": {"nw": 4, "s": 1, "u": 1, "pipe": 2, "co": -1}, "us": 1.0},
             {"layer": "x", "m": 2, "config": {"nw": 4, "s": 1, "u": 1, "pipe": 2}, "us": 1.0},

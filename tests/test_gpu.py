@@ -262,24 +262,3 @@ def test_triton_path_meets_spec_on_every_scored_m(suite, name):
         suite.probes(L, w, m, 60 + m, name + " triton")
         suite.graph_replay(L, m, 70 + m, name + " triton", replays=10)
     suite.determinism(L, 8, 80, name + " triton")
-
-
-@pytest.mark.parametrize("name,m,cfg,sps", forced_configs.PREFILL_CASES)
-def test_prefilled_groups_give_the_sp0_bits(suite, name, m, cfg, sps):
-    """sp > 0: the warp's last sp groups are bulk-copied into shared memory before griddepcontrol.wait and run
-    after the streamed ones, in the same k order, so the output has sp = 0's bits; with cl = 2 the prefill sits
-    behind the cluster's cbuf in dynamic shared memory."""
-    w = _layer_weight(name, 29)
-    L = S.prepare(name, w, path="compressed")
-    assert L.z is not None, L.describe()
-    x = judge.fresh_x(m, L.K, 43, DEV)
-    L.set_config(m, cfg)
-    base = suite.call(x, L).clone()
-    for sp in sps:
-        L.set_config(m, cfg._replace(sp=sp))
-        assert L.plan(m).config.sp == sp
-        assert torch.equal(suite.call(x, L), base), f"{name} m={m} sp={sp}"
-        what = f"{name} sp={sp}"
-        suite.accuracy(L, w, m, 3, what)
-        suite.graph_replay(L, m, 5, what)
-        suite.probes(L, w, m, 6, what)
