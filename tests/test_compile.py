@@ -92,7 +92,7 @@ def test_pdl_probe_compiles_without_spills(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     regs = [int(n) for n in re.findall(r"Used (\d+) registers", r.stderr)]
     spills = re.findall(r"(\d+) bytes spill stores", r.stderr)
-    assert len(regs) == 4 and max(regs) <= 64 and set(spills) == {"0"}, r.stderr[-3000:]
+    assert len(regs) == 5 and max(regs) <= 64 and set(spills) == {"0"}, r.stderr[-3000:]
 
 
 def test_pdl_probe_sizes_are_whole_batches():
@@ -106,4 +106,4 @@ def test_pdl_probe_sizes_are_whole_batches():
         vs = pdl_probe.variants(nb, block)
         assert [v[0] for v in vs][:4] == ["end", "top", "reg1", "reg2"]
         for label, kind, smu, chunk, per_warp, l2p, pdl in vs:
-            assert smu % (pdl_probe.U * block) == 0 and smu * 16 <= 96 * 1024 and smu < units // grid, (name, label)
+            assert smu % (pdl_probe.KIND_U[kind] * block) == 0 and (units // grid - smu) % (pdl_probe.KIND_U[kind] * block) == 0 and smu * 16 <= 96 * 1024 and smu < units // grid, (name, label)

@@ -2,7 +2,7 @@
 # One device call: build (cold + warm import time), GPU tests, judge, tuning. Logs go to $OUT/run/ and leave
 # as one archive, $OUT/run.tgz (the device tool returns at most 8 files).
 # usage: tools/device.sh [stages...]   stages: build tests judge judgefull judgetriton tune tunetriton rebuild
-#        excost sanitize ncu sweep trace ab sass probe prebuild (default: build tests judge); TUNE_ARGS, TTUNE_ARGS,
+#        excost sanitize racemin ncu sweep trace ab sass probe prebuild (default: build tests judge); TUNE_ARGS, TTUNE_ARGS,
 #        NCU_CASES, NCU_METRICS (extra, comma-separated), SWEEP_ARGS, TRACE_CASES (may start with --define NAME), AB_VARIANTS (space-separated, '-' = shipped),
 #        AB_CASES, PROBE_ARGS and BUDGET (seconds) from the env. prebuild: the shipped, AB, traced (TRACE_CASES set), tune
 #        (TUNE_ARGS set) and probe (probe stage asked) extensions compiled in parallel
@@ -64,6 +64,9 @@ for st in $stages; do
       [ -n "${TUNE_ARGS:-}" ] && python3 tune.py --build-only ${TUNE_ARGS} >> "$R/prebuild.log" 2>&1 &
       [[ " $stages " == *" probe "* ]] && PYTHONPATH=. python3 tools/pdl_probe.py --build-only >> "$R/prebuild.log" 2>&1 &
       wait; tail -8 "$R/prebuild.log" ;;
+    racemin)
+      SANITIZE_MIN=1 PYTHONPATH=. timeout ${RACE_S:-150} compute-sanitizer --tool racecheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/racemin.log"
+      echo "racemin exit ${PIPESTATUS[0]}" | tee -a "$R/racemin.log" ;;
     sanitize)
       SANITIZE_CL=1 PYTHONPATH=. timeout ${RACE_S:-240} compute-sanitizer --tool racecheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/racecheck.log"
       PYTHONPATH=. timeout $(( $(left) - 10 )) compute-sanitizer --tool synccheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/synccheck.log" ;;

@@ -123,12 +123,13 @@ __global__ void __launch_bounds__(512, 2) probe_kernel(const uint4* __restrict__
 
 typedef void (*probe_fn)(const uint4*, int, int, int, int, int, uint32_t*);
 
-// kind: 0 = top-wait (PRE = 0), 1 = PRE 1, 2 = PRE 2, 3 = end-wait. Returns the cudaError_t of the launch.
+// kind: 0 = top-wait (PRE = 0), 1 = PRE 1, 2 = PRE 2, 3 = end-wait, 4 = top-wait with U = 1 (two 16 B loads per
+// thread in flight, about gemvz's depth). Returns the cudaError_t of the launch.
 int probe_launch(int kind, const void* w, void* out, int grid, int block, int nb, int sm_units, int chunk,
                  int per_warp, int l2p, int pdl, cudaStream_t st) {
-  static const probe_fn fns[4] = {probe_kernel<4, 0, false>, probe_kernel<4, 1, false>, probe_kernel<4, 2, false>,
-                                  probe_kernel<4, 0, true>};
-  if (kind < 0 || kind > 3) return (int)cudaErrorInvalidValue;
+  static const probe_fn fns[5] = {probe_kernel<4, 0, false>, probe_kernel<4, 1, false>, probe_kernel<4, 2, false>,
+                                  probe_kernel<4, 0, true>, probe_kernel<1, 0, false>};
+  if (kind < 0 || kind > 4) return (int)cudaErrorInvalidValue;
   const size_t smem = (size_t)sm_units * 16;
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute((const void*)fns[kind], cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -166,6 +167,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("launch", &launch); }
 """
 
 U = 4
+KIND_U = {0: 4, 1: 4, 2: 4, 3: 4, 4: 1}   # loads per thread per batch of each kernel kind
 # name: (bytes, grid, block); bytes / 16 / grid must be a multiple of U * block (whole batches per thread)
 SIZES = {
     "pooler_z": (50331648, 256, 512),   # 50.3 MB, pooler / unpooler at 12 bits; 256 CTAs like gemvz's m=1 plan
@@ -187,6 +189,11 @@ def variants(nb, block):
             out.append((f"smem{k * batch_units * 16 // 1024}", 0, k * batch_units, 1024, 0, 0, 1))
             out.append((f"smem{k * batch_units * 16 // 1024}w", 0, k * batch_units, 96, 1, 0, 1))
             out.append((f"l2p{k * batch_units * 16 // 1024}", 0, 0, 0, 0, k * batch_units, 1))
+    # the same at a shallow register stream (U = 1): does the prefill still pay when few loads are in flight?
+    out.append(("top-u1", 4, 0, 0, 0, 0, 1))
+    for k in (1, 2):
+        if k < nb and k * batch_units * 16 <= 96 * 1024:
+            out.append((f"smem{k * batch_units * 16 // 1024}-u1", 4, k * batch_units, 1024, 0, 0, 1))
     out += [("end-nopdl", 3, 0, 0, 0, 0, 0), ("top-nopdl", 0, 0, 0, 0, 0, 0)]
     return out
 
@@ -221,7 +228,7 @@ def run_size(ext, name, replays):
           f"per thread, P = {P} copies", flush=True)
 
     def launcher(kind, smu, chunk, per_warp, l2p, pdl, i):
-        nb = (per_cta - smu) // (U * block)
+        nb = (per_cta - smu) // (KIND_U[kind] * block)
         return lambda: ext.launch(buf, i * nbytes, outs[i], kind, grid, block, nb, smu, chunk, per_warp, l2p, pdl)
 
     res = {v[0]: [] for v in vs}

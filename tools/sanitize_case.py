@@ -2,7 +2,8 @@
 DUAL) through a non-portable cluster of 16 CTAs (cl=2, the mbarrier variant, and cl=1, the cluster barrier),
 compressed with exceptions through a cluster of 4 (cl=2), a chain where one layer reads the other's output, all
 under PDL. SANITIZE_CL=1 puts the cl=2 layers on cl=1 instead: compute-sanitizer's racecheck never finished the
-cl=2 case (killed after 8 minutes, 2026-11-30 session 5; synccheck passes it), so device.sh runs racecheck on cl=1."""
+cl=2 case (killed after 8 minutes, 2026-11-30 session 5; synccheck passes it), so device.sh runs racecheck on cl=1.
+SANITIZE_MIN=1: only the smallest cl=2 case (device.sh stage racemin)."""
 import os
 
 import torch
@@ -11,6 +12,28 @@ import judge
 import submission as S
 
 dev = "cuda"
+if os.environ.get("SANITIZE_MIN"):
+    # the smallest cl=2 case: one compressed layer, S=2 (a cluster of 2, the mbarrier and st.async), two launches
+    # back to back under PDL, one replay: does racecheck finish cl=2 at all?
+    A = S.prepare("small_a", judge.trained_like(512, 1024, 2, dev), path="compressed")
+    A.set_config(8, S.GemvzConfig(nw=4, s=2, ug=1, r=1, pipe=2, pf=0, cl=2))
+    print(A.describe().splitlines()[0], "|", A.plan(8))
+    xa = judge.fresh_x(8, 1024, 5, dev)
+    eager = S.kernel_fn(xa, A).clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        S.kernel_fn(xa, A)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y1 = S.kernel_fn(xa, A)
+        y2 = S.kernel_fn(xa, A)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y1, eager) and torch.equal(y2, eager), "graph != eager"
+    print("sanitize case (minimal cl=2): graph == eager")
+    raise SystemExit(0)
 R = S.prepare("router", judge.trained_like(256, 2048, 1, dev, torch.float32))            # split-K DUAL
 A = S.prepare("small_a", judge.trained_like(512, 1024, 2, dev), path="compressed")
 B = S.prepare("small_b", judge.trained_like(256, 512, 3, dev), path="plain")
