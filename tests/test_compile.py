@@ -80,13 +80,18 @@ def test_x_ahead_pipes_compile_without_spills(tmp_path):
     assert len(spills) >= 5 and set(spills) == {"0"}, r.stderr[-3000:]
 
 
+def _pdl_probe():
+    import pathlib
+    import sys
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
+    import pdl_probe
+    return pdl_probe
+
+
 @needs_nvcc
 def test_pdl_probe_compiles_without_spills(tmp_path):
-    # tools/pdl_probe.py's four kernels fit 64 registers (two CTAs of 512 threads per SM, like gemvz's m=1 plan)
-    import sys
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "tools"))
-    import pdl_probe
-    (tmp_path / "p.cu").write_text(pdl_probe.PROBE_CU)
+    # tools/pdl_probe.py's five kernels fit 64 registers (two CTAs of 512 threads per SM, like gemvz's m=1 plan)
+    (tmp_path / "p.cu").write_text(_pdl_probe().PROBE_CU)
     r = subprocess.run([NVCC, "-O3", "-std=c++17", "-arch=sm_90", "-Xptxas", "-v", "-c", str(tmp_path / "p.cu"),
                         "-o", str(tmp_path / "p.o")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -96,14 +101,19 @@ def test_pdl_probe_compiles_without_spills(tmp_path):
 
 
 def test_pdl_probe_sizes_are_whole_batches():
-    import sys
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "tools"))
-    import pdl_probe
-    for name, (nbytes, grid, block) in pdl_probe.SIZES.items():
-        units = nbytes // 16
-        assert units % grid == 0 and (units // grid) % (pdl_probe.U * block) == 0, name
-        nb = units // grid // (pdl_probe.U * block)
-        vs = pdl_probe.variants(nb, block)
+    pp = _pdl_probe()
+    for name, (nbytes, grid, block) in pp.SIZES.items():
+        per_cta, nb = pp.batches(name)
+        assert per_cta * grid * 16 == nbytes and nb * pp.U * block == per_cta, name
+        vs = pp.variants(nb, block)
         assert [v[0] for v in vs][:4] == ["end", "top", "reg1", "reg2"]
         for label, kind, smu, chunk, per_warp, l2p, pdl in vs:
-            assert smu % (pdl_probe.KIND_U[kind] * block) == 0 and (units // grid - smu) % (pdl_probe.KIND_U[kind] * block) == 0 and smu * 16 <= 96 * 1024 and smu < units // grid, (name, label)
+            step = pp.KIND_U[kind] * block
+            assert smu % step == 0 and (per_cta - smu) % step == 0, (name, label)
+            assert smu * 16 <= 96 * 1024 and smu < per_cta, (name, label)
+    pp.SIZES["odd"] = (50331648, 255, 512)
+    try:
+        with pytest.raises(ValueError, match="odd"):
+            pp.batches("odd")
+    finally:
+        del pp.SIZES["odd"]

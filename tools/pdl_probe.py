@@ -12,7 +12,9 @@ Variants (each one kernel launch per copy; P copies >= 2 GB back to back in one 
   regN     N batches (U = 4 loads of 16 B per thread) issued into registers before the wait, the rest after
   smemK    K KB of the CTA's slice bulk-copied (cp.async.bulk, 16 KB per copy, thread 0) into shared memory
            before the wait, the rest streamed into registers after it; smemKw: the same in 1.5 KB copies issued
-           by lane 0 of every warp (gemvz's sp issues one copy per warp and row block)
+           by lane 0 of every warp (the reverted gemvz sp issued one copy per warp and row block)
+  l2pK     K KB per CTA prefetched into L2 (cp.async.bulk.prefetch.L2) before the wait, all of it then streamed
+  ...-u1   top / smemK with U = 1 (two 16-byte loads per thread in flight, about gemvz's depth)
   ...-nopdl the same launch without the PDL attribute
 Every variant folds each 16-byte unit of its CTA's slice into one xor per CTA, and that xor is checked against
 numpy before the variant is timed: a probe that skipped or repeated bytes would fail there.
@@ -33,6 +35,7 @@ PROBE_CU = r"""
 #include <cstdint>
 #include <cuda_runtime.h>
 
+// the weight load of submission.py's kernels, the same instruction
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   uint4 r;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
@@ -168,13 +171,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("launch", &launch); }
 
 U = 4
 KIND_U = {0: 4, 1: 4, 2: 4, 3: 4, 4: 1}   # loads per thread per batch of each kernel kind
-# name: (bytes, grid, block); bytes / 16 / grid must be a multiple of U * block (whole batches per thread)
+# name: (bytes, grid, block); each CTA's slice must be whole batches of U * block units (batches())
 SIZES = {
     "pooler_z": (50331648, 256, 512),   # 50.3 MB, pooler / unpooler at 12 bits; 256 CTAs like gemvz's m=1 plan
     "qkv_z": (28311552, 216, 512),      # 28.3 MB
     "o_proj_z": (25165824, 192, 512),   # 25.2 MB
 }
-KINDS = {"top": 0, "reg1": 1, "reg2": 2, "end": 3}
 
 
 def variants(nb, block):
@@ -184,16 +186,15 @@ def variants(nb, block):
     before the wait (cp.async.bulk.prefetch.L2), all of it then streamed through registers."""
     out = [("end", 3, 0, 0, 0, 0, 1), ("top", 0, 0, 0, 0, 0, 1), ("reg1", 1, 0, 0, 0, 0, 1), ("reg2", 2, 0, 0, 0, 0, 1)]
     batch_units = U * block
-    for k in (1, 2, 3):
-        if k < nb and k * batch_units * 16 <= 96 * 1024:
-            out.append((f"smem{k * batch_units * 16 // 1024}", 0, k * batch_units, 1024, 0, 0, 1))
-            out.append((f"smem{k * batch_units * 16 // 1024}w", 0, k * batch_units, 96, 1, 0, 1))
-            out.append((f"l2p{k * batch_units * 16 // 1024}", 0, 0, 0, 0, k * batch_units, 1))
+    ks = [k for k in (1, 2, 3) if k < nb and k * batch_units * 16 <= 96 * 1024]
+    for k in ks:
+        kb = k * batch_units * 16 // 1024
+        out.append((f"smem{kb}", 0, k * batch_units, 1024, 0, 0, 1))
+        out.append((f"smem{kb}w", 0, k * batch_units, 96, 1, 0, 1))
+        out.append((f"l2p{kb}", 0, 0, 0, 0, k * batch_units, 1))
     # the same at a shallow register stream (U = 1): does the prefill still pay when few loads are in flight?
     out.append(("top-u1", 4, 0, 0, 0, 0, 1))
-    for k in (1, 2):
-        if k < nb and k * batch_units * 16 <= 96 * 1024:
-            out.append((f"smem{k * batch_units * 16 // 1024}-u1", 4, k * batch_units, 1024, 0, 0, 1))
+    out += [(f"smem{k * batch_units * 16 // 1024}-u1", 4, k * batch_units, 1024, 0, 0, 1) for k in ks[:2]]
     out += [("end-nopdl", 3, 0, 0, 0, 0, 0), ("top-nopdl", 0, 0, 0, 0, 0, 0)]
     return out
 
@@ -213,18 +214,26 @@ def expected_xor(buf_u32, grid):
     return np.bitwise_xor.reduce(a, axis=1)
 
 
-def run_size(ext, name, replays):
+def batches(name):
+    """(units of 16 B per CTA, U-batches per thread) of a size; ValueError unless the CTAs' slices are equal and
+    whole batches."""
     nbytes, grid, block = SIZES[name]
     units = nbytes // 16
-    per_cta = units // grid
-    assert units % grid == 0 and per_cta % (U * block) == 0, (name, units, grid, block)
+    if nbytes % 16 or units % grid or (units // grid) % (U * block):
+        raise ValueError(f"size {name}: {nbytes} B over {grid} CTAs of {block} threads is not whole batches of {U}")
+    return units // grid, units // grid // (U * block)
+
+
+def run_size(ext, name, replays):
+    nbytes, grid, block = SIZES[name]
+    per_cta, nb = batches(name)
     P = judge.copies_for(nbytes)
     buf = torch.randint(-2**31, 2**31 - 1, (P * nbytes // 4,), dtype=torch.int32, device="cuda")
     outs = [torch.empty(grid, dtype=torch.int32, device="cuda") for _ in range(P)]
     want0 = expected_xor(buf[: nbytes // 4], grid)
     wantl = expected_xor(buf[(P - 1) * nbytes // 4:], grid)
-    vs = variants(per_cta // (U * block), block)
-    print(f"[probe] {name}: {nbytes / 1e6:.1f} MB, grid {grid} x {block}, {per_cta // (U * block)} batches of {U} "
+    vs = variants(nb, block)
+    print(f"[probe] {name}: {nbytes / 1e6:.1f} MB, grid {grid} x {block}, {nb} batches of {U} "
           f"per thread, P = {P} copies", flush=True)
 
     def launcher(kind, smu, chunk, per_warp, l2p, pdl, i):

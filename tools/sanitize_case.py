@@ -12,55 +12,40 @@ import judge
 import submission as S
 
 dev = "cuda"
-if os.environ.get("SANITIZE_MIN"):
-    # the smallest cl=2 case: one compressed layer, S=2 (a cluster of 2, the mbarrier and st.async), two launches
-    # back to back under PDL, one replay: does racecheck finish cl=2 at all?
+
+
+def minimal_case():
+    """The smallest cl=2 case: one compressed layer, S=2 (a cluster of 2, the mbarrier and st.async), two launches
+    back to back under PDL. Returns (layers at their m, the graph's calls, their eager outputs)."""
     A = S.prepare("small_a", judge.trained_like(512, 1024, 2, dev), path="compressed")
     A.set_config(8, S.GemvzConfig(nw=4, s=2, ug=1, r=1, pipe=2, pf=0, cl=2))
-    print(A.describe().splitlines()[0], "|", A.plan(8))
     xa = judge.fresh_x(8, 1024, 5, dev)
-    eager = S.kernel_fn(xa, A).clone()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        S.kernel_fn(xa, A)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        y1 = S.kernel_fn(xa, A)
-        y2 = S.kernel_fn(xa, A)
-    g.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(y1, eager) and torch.equal(y2, eager), "graph != eager"
-    print("sanitize case (minimal cl=2): graph == eager")
-    raise SystemExit(0)
-R = S.prepare("router", judge.trained_like(256, 2048, 1, dev, torch.float32))            # split-K DUAL
-A = S.prepare("small_a", judge.trained_like(512, 1024, 2, dev), path="compressed")
-B = S.prepare("small_b", judge.trained_like(256, 512, 3, dev), path="plain")
-Rb = S.prepare("router_b", judge.trained_like(256, 2048, 6, dev, torch.float32))
-CL = int(os.environ.get("SANITIZE_CL", "2"))
-R.set_config(4, S.GemvConfig(nw=4, s=16, u=1, r=1, pipe=2, pf=0, cl=CL))
-Rb.set_config(4, S.GemvConfig(nw=4, s=16, u=1, r=1, pipe=2, pf=0, cl=1))
-A.set_config(8, S.GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0, cl=CL))
-for m, L in ((4, R), (4, Rb), (8, A), (8, B)):
+    y = S.kernel_fn(xa, A).clone()
+    return [(8, A)], lambda: (S.kernel_fn(xa, A), S.kernel_fn(xa, A)), (y, y)
+
+
+def full_case():
+    R = S.prepare("router", judge.trained_like(256, 2048, 1, dev, torch.float32))            # split-K DUAL
+    A = S.prepare("small_a", judge.trained_like(512, 1024, 2, dev), path="compressed")
+    B = S.prepare("small_b", judge.trained_like(256, 512, 3, dev), path="plain")
+    Rb = S.prepare("router_b", judge.trained_like(256, 2048, 6, dev, torch.float32))
+    CL = int(os.environ.get("SANITIZE_CL", "2"))
+    R.set_config(4, S.GemvConfig(nw=4, s=16, u=1, r=1, pipe=2, pf=0, cl=CL))
+    Rb.set_config(4, S.GemvConfig(nw=4, s=16, u=1, r=1, pipe=2, pf=0, cl=1))
+    A.set_config(8, S.GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0, cl=CL))
+    x = judge.fresh_x(4, 2048, 4, dev)
+    xa = judge.fresh_x(8, 1024, 5, dev)
+    eager = (S.kernel_fn(x, R).clone(), S.kernel_fn(S.kernel_fn(xa, A), B).clone(), S.kernel_fn(x, Rb).clone())
+    calls = lambda: (S.kernel_fn(x, R), S.kernel_fn(x, R), S.kernel_fn(S.kernel_fn(xa, A), B), S.kernel_fn(x, Rb))
+    return [(4, R), (4, Rb), (8, A), (8, B)], calls, (eager[0], eager[0], eager[1], eager[2])
+
+
+layers, calls, eager = minimal_case() if os.environ.get("SANITIZE_MIN") else full_case()
+for m, L in layers:
     print(L.describe().splitlines()[0], "|", L.plan(m))
-x = judge.fresh_x(4, 2048, 4, dev)
-xa = judge.fresh_x(8, 1024, 5, dev)
-eager = (S.kernel_fn(x, R).clone(), S.kernel_fn(S.kernel_fn(xa, A), B).clone(), S.kernel_fn(x, Rb).clone())
-s = torch.cuda.Stream()
-s.wait_stream(torch.cuda.current_stream())
-with torch.cuda.stream(s):
-    S.kernel_fn(x, R); S.kernel_fn(S.kernel_fn(xa, A), B); S.kernel_fn(x, Rb)
-torch.cuda.current_stream().wait_stream(s)
-g = torch.cuda.CUDAGraph()
-with torch.cuda.graph(g):
-    y1 = S.kernel_fn(x, R)
-    y1b = S.kernel_fn(x, R)
-    y2 = S.kernel_fn(S.kernel_fn(xa, A), B)
-    y3 = S.kernel_fn(x, Rb)
+g, ys = judge.capture(calls)
 for _ in range(3):
     g.replay()
 torch.cuda.synchronize()
-assert torch.equal(y1, eager[0]) and torch.equal(y1b, eager[0]) and torch.equal(y2, eager[1]) \
-    and torch.equal(y3, eager[2]), "graph != eager"
+assert all(torch.equal(y, e) for y, e in zip(ys, eager)), "graph != eager"
 print("sanitize case: graph == eager")
