@@ -27,7 +27,7 @@ import torch
 # Configs. Field names and order follow the template parameters; NB (token blocks) and DUAL (router)
 # are not part of a config: NB follows from m (nb_of) and DUAL from the weight's dtype.
 # ---------------------------------------------------------------------------------------------------
-# gemv_kernel<NW, U, NB, R, DUAL, PIPE> with S CTAs per row group, L2 prefetch pf (0 none, 1 the warp's slice at the start, 2..16 rolling, pf + 1 trips ahead: prefetch_start), pdl (1: launch
+# gemv_kernel<NW, U, NB, R, DUAL, PIPE> with S CTAs per row group, L2 prefetch pf (0/1), pdl (1: launch
 # with PDL when the layer has it on; 0: this config runs faster without: measured per shape by tune.py) and
 # cl (1: the S CTAs of a row group form a thread-block cluster and reduce split-K in distributed shared
 # memory behind a cluster barrier; 2: the same cluster, the partials sent with st.async and counted on the
@@ -292,33 +292,9 @@ __device__ __forceinline__ uint4 decz(uint32_t lo0, uint32_t lo1, uint32_t c, ui
 }
 
 // Ask L2 to fetch [p, p + bytes) from HBM now: one instruction, no registers held until the data is
-// used. Weights are constant after prepare, so this may run before pdl_wait (pf: prefetch_start below).
+// used. Weights are constant after prepare, so this may run before pdl_wait (pf = 1: the warp's slice).
 __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
-// pf >= 2, the rolling prefetch: the warp's lane 0 asks L2 for its first pf + 1 trips at the start (before the
-// wait: weights only) and, at the top of trip i, for trip i + pf + 1, so every load of the stream finds its lines
-// in L2 or on their way (no registers held). Each trip is n contiguous units per row block (rstride apart).
-// pf = 1: the warp's whole slice at the start (n_all units). pf = 0: nothing.
-template <int R>
-__device__ __forceinline__ void prefetch_start(int pf, const uint4* wp, size_t rstride, int trips, int n) {
-  if (pf && (threadIdx.x & 31) == 0) {
-#ifdef MUSE_PF_ROLL
-    const int t = pf == 1 ? trips : min(trips, pf + 1);
-#else
-    const int t = trips;
-#endif
-#pragma unroll
-    for (int r = 0; r < R; r++) prefetch_l2(wp + r * rstride, (uint32_t)(t * n) * 16u);
-  }
-}
-template <int R>
-__device__ __forceinline__ void prefetch_trip(int pf, const uint4* wp, size_t rstride, int trip, int trips, int n) {
-  if (pf > 1 && (threadIdx.x & 31) == 0 && trip + pf + 1 < trips) {
-#pragma unroll
-    for (int r = 0; r < R; r++) prefetch_l2(wp + r * rstride + (size_t)(trip + pf + 1) * n, (uint32_t)n * 16u);
-  }
 }
 
 // ---- shared pieces of both GEMVs ------------------------------------------------------------------
@@ -640,16 +616,11 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
   const uint4* wp = w + woff;
   const uint4* wp2 = DUAL ? (w2 + woff) : nullptr;
 
-  if (pf && lane == 0) {  // prefetch_start for both matrices
-#ifdef MUSE_PF_ROLL
-    const uint32_t bytes = (uint32_t)(pf == 1 ? KBW : min(KBW, (pf + 1) * U)) * 1024u;
-#else
-    const uint32_t bytes = (uint32_t)KBW * 1024u;
-#endif
+  if (pf && lane == 0) {
 #pragma unroll
     for (int r = 0; r < R; r++) {
-      prefetch_l2(wp + r * rstride, bytes);
-      if (DUAL) prefetch_l2(wp2 + r * rstride, bytes);
+      prefetch_l2(wp + r * rstride, (uint32_t)KBW * 1024u);
+      if (DUAL) prefetch_l2(wp2 + r * rstride, (uint32_t)KBW * 1024u);
     }
   }
   uint4 a[NH][U][R][2];
@@ -675,10 +646,6 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
 
   if constexpr (PIPE == 0 || PIPE == 3) {
     for (int i = 0; i < KBW; i += U) {
-#ifdef MUSE_PF_ROLL
-      prefetch_trip<R>(pf, wp - lane, rstride, i / U, KBW / U, U * 64);
-      if (DUAL) prefetch_trip<R>(pf, wp2 - lane, rstride, i / U, KBW / U, U * 64);
-#endif
       if (i > 0) load_wbatch<U, NH, R>(a, wp, wp2, rstride, i);
 #pragma unroll
       for (int u = 0; u < U; u++) {
@@ -701,10 +668,6 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
     uint4 xv[U][NB];
     if constexpr (XAHEAD) load_xbatch<U, NB, 32>(xv, xr, 0);
     for (int i = 0; i < KBW; i += U) {
-#ifdef MUSE_PF_ROLL
-      prefetch_trip<R>(pf, wp - lane, rstride, i / U, KBW / U, U * 64);
-      if (DUAL) prefetch_trip<R>(pf, wp2 - lane, rstride, i / U, KBW / U, U * 64);
-#endif
       if constexpr (!XAHEAD) load_xbatch<U, NB, 32>(xv, xr, i);
       uint4 na[NH][U][R][2], nxv[U][NB];
       if (i + U < KBW) {
@@ -845,7 +808,10 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
     const int g0 = sidx * KGS + warp * KGW;
     const size_t rstride = (size_t)KG * 96;
     const uint4* wp = w + ((size_t)rg * R * KG + g0) * 96 + lane;
-    prefetch_start<R>(pf, wp - lane, rstride, KGW / UG, UG * 96);
+    if (pf && lane == 0) {
+#pragma unroll
+      for (int r = 0; r < R; r++) prefetch_l2(wp + r * rstride, (uint32_t)KGW * 1536u);
+    }
     uint4 z[UG][R][3];
     load_zbatch<UG, R>(z, wp, rstride, 0);
 #ifndef MUSE_NO_LAND_Z
@@ -872,9 +838,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 
     if constexpr (PIPE == 0 || PIPE == 3) {
       for (int i = 0; i < KGW; i += UG) {
-#ifdef MUSE_PF_ROLL
-        prefetch_trip<R>(pf, wp - lane, rstride, i / UG, KGW / UG, UG * 96);
-#endif
         if (i > 0) load_zbatch<UG, R>(z, wp, rstride, i);
 #pragma unroll
         for (int u = 0; u < UG; u++) {
@@ -899,9 +862,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       uint4 xa[UG][NB], xb[UG][NB];
       if constexpr (XAHEAD) load_x(xa, xb, 0);
       for (int i = 0; i < KGW; i += UG) {
-#ifdef MUSE_PF_ROLL
-        prefetch_trip<R>(pf, wp - lane, rstride, i / UG, KGW / UG, UG * 96);
-#endif
         if constexpr (!XAHEAD) load_x(xa, xb, i);
         uint4 nz[UG][R][3], nxa[UG][NB], nxb[UG][NB];
         if (i + UG < KGW) {
@@ -1718,9 +1678,8 @@ def smem_bytes(nw, nb, r, compressed, s=1, cl=0):
 
 
 def _split_fits(cfg, smem):
-    if not (isinstance(cfg.pf, int) and 0 <= cfg.pf <= 16):
-        return (f"pf={cfg.pf!r}: expected 0 (no L2 prefetch), 1 (the warp's slice, before griddepcontrol.wait) or "
-                f"2..16 (rolling: each trip asks L2 for the trip pf + 1 ahead)")
+    if cfg.pf not in (0, 1):
+        return f"pf={cfg.pf!r}: expected 0 (no L2 prefetch) or 1 (the warp's slice, before griddepcontrol.wait)"
     if cfg.cl not in (0, 1, 2):
         return f"cl={cfg.cl}: expected 0 (ticket), 1 (cluster barrier) or 2 (cluster mbarrier)"
     if not (isinstance(cfg.co, int) and -1 <= cfg.co <= 100):

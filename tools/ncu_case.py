@@ -3,9 +3,15 @@ the plan with fields replaced, on trained-looking weights. Prints the cases in l
 profiled gemv launches in that order).
 
     ncu -k regex:gemv python3 tools/ncu_case.py pooler:1 pooler:1:pf=1 router:1 pooler:1:plain
+    ncu -k regex:gemv python3 tools/ncu_case.py --define MUSE_PF_ROLL unpooler:32:compressed:pf=3
+
+--define NAME[+NAME...]: run the cases on that compile-time variant (tools/ab_define.py builds it).
 """
+import os
 import sys
 
+if sys.argv[1:2] == ["--define"]:
+    os.environ.setdefault("MUSE_BUILD", "0")  # the variant is built instead of the shipped extension
 import torch
 
 import cases
@@ -13,6 +19,10 @@ import submission as S
 
 
 def main(specs):
+    if specs[:1] == ["--define"]:
+        import ab_define
+        S._EXT = ab_define.build(specs[1])
+        specs = specs[2:]
     todo = []
     for spec in specs:
         Ls, m, x = cases.prepare(spec, copies=1)
