@@ -37,6 +37,9 @@ def main(argv=None):
     ap.add_argument("--variant", action="append", required=True, help="'' or NAME[+NAME...]")
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--no-check", action="store_true",
+                    help="time without checking the output (for variants that are wrong on purpose: a memory "
+                         "pattern timed alone); every line then says UNCHECKED")
     ap.add_argument("cases", nargs="*")
     args = ap.parse_args(argv)
     for v in args.variant:
@@ -52,9 +55,10 @@ def main(argv=None):
         S._EXT = ext[args.variant[0]]
         Ls, m, x = cases.prepare(spec)
         res = cases.time_interleaved(Ls, x, spec, args.variant, lambda v: setattr(S, "_EXT", ext[v]), label,
-                                     args.replays, "ab")
+                                     args.replays, "ab", check=not args.no_check)
         cols, best = cases.summary(res, label)
-        print(f"[ab] {spec} {Ls[0].plan(m).path} {Ls[0].plan(m).config}: {cols}  best {label(best)}", flush=True)
+        print(f"[ab] {spec} {Ls[0].plan(m).path} {Ls[0].plan(m).config}: {cols}  best {label(best)}"
+              f"{'  UNCHECKED' if args.no_check else ''}", flush=True)
         Ls = None                                   # the case's copies go before the next case's
         torch.cuda.empty_cache()
     return 0

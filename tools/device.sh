@@ -4,7 +4,7 @@
 # usage: tools/device.sh [stages...]   stages: build tests judge judgefull judgetriton tune tunetriton rebuild
 #        excost sanitize racemin ncu sweep trace ab sass probe prebuild (default: build tests judge); TUNE_ARGS, TTUNE_ARGS,
 #        NCU_CASES, NCU_METRICS (extra, comma-separated), SWEEP_ARGS, TRACE_CASES (may start with --define NAME), AB_VARIANTS (space-separated, '-' = shipped),
-#        AB_CASES, PROBE_ARGS and BUDGET (seconds) from the env. prebuild: the shipped, AB, traced (TRACE_CASES set), tune
+#        AB_CASES, AB_ARGS (e.g. --no-check), PROBE_ARGS and BUDGET (seconds) from the env. prebuild: the shipped, AB, traced (TRACE_CASES set), tune
 #        (TUNE_ARGS set) and probe (probe stage asked) extensions compiled in parallel
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -51,7 +51,7 @@ for st in $stages; do
       PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/trace_chain.py ${TRACE_CASES:-router:1 pooler:1} 2>&1 | tee "$R/trace.log" ;;
     ab)
       av=(); for v in ${AB_VARIANTS:--}; do [ "$v" = - ] && v=""; av+=(--variant "$v"); done
-      PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/ab_define.py "${av[@]}" ${AB_CASES:-router:1} 2>&1 | tee "$R/ab.log" ;;
+      PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/ab_define.py ${AB_ARGS:-} "${av[@]}" ${AB_CASES:-router:1} 2>&1 | tee "$R/ab.log" ;;
     sass)
       so=$(python3 -c "import submission as S, os; print(S._EXT.__file__)" 2>/dev/null | tail -1)
       cuobjdump -sass "$so" > "$R/sass.txt" 2>&1; grep -c "Function" "$R/sass.txt"; gzip "$R/sass.txt" ;;
