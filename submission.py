@@ -829,15 +829,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 
     const bf16* xr[NB];
 #pragma unroll
-#ifdef MUSE_XLINES
-    // timing experiment only (WRONG results): xa = tokens 8nb + g/2, xb = tokens 8nb + 4 + g/2, each request 4 full
-    // 128-B lines instead of 8 half lines; the same x bytes and footprint as the real pattern
-    for (int nb = 0; nb < NB; nb++) xr[nb] = x + (size_t)min(nb * 8 + (g >> 1), M - 1) * K + g0 * 64 + (g & 1) * 32 + t * 8;
-    const size_t xboff = (size_t)4 * K;
-#else
     for (int nb = 0; nb < NB; nb++) xr[nb] = x + (size_t)min(nb * 8 + g, M - 1) * K + g0 * 64 + t * 8;
-    constexpr int xboff = 32;
-#endif
     float acc[R][NB][4];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -853,7 +845,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #pragma unroll
           for (int nb = 0; nb < NB; nb++) {
             xa[nb] = ld_x(xr[nb] + (i + u) * 64);
-            xb[nb] = ld_x(xr[nb] + (i + u) * 64 + xboff);
+            xb[nb] = ld_x(xr[nb] + (i + u) * 64 + 32);
           }
           TR_ARRIVED(i == 0 && u == 0, z[0][0][0].x, xa[0].x)
 #pragma unroll
