@@ -1273,14 +1273,18 @@ int gemv_dispatch(const void* x, const void* w, const void* w2, void* out, void*
   return -1;
 }
 
-// The wgmma kernel's x slice may pass 48 KB: opt in once per kernel to the SM's largest dynamic shared memory.
+// The wgmma kernel's x slice may pass 48 KB: opt in once per kernel to the largest dynamic shared memory the SM
+// allows next to the kernel's static shared memory (227 KB per CTA in all).
 static int allow_large_smem(const void* f) {
   static std::mutex mu;
   static std::vector<const void*> done;
   std::lock_guard<std::mutex> lock(mu);
   for (const void* d : done)
     if (d == f) return 0;
-  const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024);
+  cudaFuncAttributes a;
+  cudaError_t e = cudaFuncGetAttributes(&a, f);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024 - (int)a.sharedSizeBytes);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     return (int)e;
@@ -1953,8 +1957,9 @@ WGMMA_SMEM_LIMIT = 227 * 1024   # PIPE 6 opts in to the SM's largest shared memo
 
 def gemvw_smem_bytes(nw, nb, s, kg, cl):
     """Shared memory of one PIPE 6 (gemvw_kernel) CTA: the exception warp's corrections, the cluster buffer,
-    1024 B of alignment slack and the CTA's K slice of x (kg / s groups of NB*8 tokens x 128 B)."""
-    return nw * 16 * (nb * 8 + 1) * 4 + (s - 1) * nw * nb * 32 * 16 * (cl >= 1) + 1024 + kg // s * nb * 8 * 128
+    1024 B of alignment slack and the CTA's K slice of x (kg / s groups of NB*8 tokens x 128 B), plus the ticket
+    flag and the cl = 2 mbarrier (12 B)."""
+    return nw * 16 * (nb * 8 + 1) * 4 + 12 + (s - 1) * nw * nb * 32 * 16 * (cl >= 1) + 1024 + kg // s * nb * 8 * 128
 
 
 def gemvz_fits(cfg, N, K, m):
