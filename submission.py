@@ -916,7 +916,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 // 1.5 KB group into registers (32 registers at NB = 4, 8 L1 wavefronts per request), so few warps fit and each
 // waits on its own loads. Here the CTA stages its K slice of x once in shared memory and the tensor cores read it
 // from there as wgmma's B operand; no x passes through a warp's registers.
-// Contract: as gemvz_kernel (same stream, side table, ws, sem), R = 1, UG = 1, NW = 4 NWG streaming warps.
+// Contract: as gemvz_kernel (same stream, side table, ws, sem), R = 1, NW = 4 NWG streaming warps, K/64 % (S UG) == 0.
 //   grid (N / (16 NW), S), clusters (1, S) with cl: CTA (rg, sidx) = row blocks rg NW .. rg NW + NW - 1 (warp w
 //     streams block rg NW + w) x the K slice [klo, klo + KGS 64) of all of them
 //   x slice in dynamic shared memory, after the cluster buffer, 1024-aligned: group G is NTOK rows (tokens, clamped
@@ -925,8 +925,9 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 //     c = 2s + h of block b holds word c of each of the block's four actual 16-B chunks), so the decoded A fragments
 //     meet the same x they meet in gemvz_kernel. Staged with 4-byte cp.async after pdl_wait (one warp request per
 //     token and group: 128 B read, 128 B written, no bank conflict).
-//   streaming warp: per group, decodes its 4 fragments (decz) and issues 4 wgmma m64nNk16 (A = the fragment, from
-//     registers; B = the group's k16 step of x); the next group's weights are loaded before the mma.
+//   streaming warp: per trip of UG groups (the next trip's weights loaded first), per group: decodes its 4
+//     fragments (decz), issues 4 wgmma m64nNk16 (A = the fragment, from registers; B = the group's k16 step of x)
+//     and waits for them (the next group's decode reuses the fragment registers).
 //   warp NW: the exception warp of gemvz_kernel, reading x from the shared slice.
 //   end: C fragment + corrections -> split-K combine (cluster or ticket, shared with the other kernels) -> store;
 //     thread tid < NT holds positions p = tid + j NT, j = token block.
@@ -980,7 +981,7 @@ __host__ __device__ __forceinline__ size_t gemvw_dyn_smem(int NB, int NW, int S,
   return (cl ? (size_t)(S - 1) * NW * NB * 32 * 16 : 0) + 1024 + (size_t)KGS * NB * 8 * 128;
 }
 
-template <int NWG, int NB>
+template <int NWG, int UG, int NB>
 __global__ void __launch_bounds__((NWG * 4 + 1) * 32, 1)
 gemvw_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int* __restrict__ eptr,
              const int2* __restrict__ esc, bf16* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem,
@@ -1000,10 +1001,10 @@ gemvw_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 
   // before the wait: this warp's first group of weights (streaming warps), the row offsets (exception warp)
   const uint4* wp = w + ((size_t)(rg * NW + min(warp, NW - 1)) * KG + sidx * KGS) * 96 + lane;
-  uint4 z[3];
+  uint4 z[UG][1][3];
   int beg[NW], end[NW];
   if (warp < NW) {
-    z[0] = ld_stream(wp); z[1] = ld_stream(wp + 32); z[2] = ld_stream(wp + 64);
+    load_zbatch<UG, 1>(z, wp, 0, 0);
   } else {
 #pragma unroll
     for (int r = 0; r < NW; r++) {
@@ -1015,7 +1016,8 @@ gemvw_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   pdl_wait();
 
   // stage x: warp request (n, G) copies token n's 64 k of group G, word a = lane to its swizzled place
-  {
+  // (dbg & 2: skipped, for timing the rest alone: wrong results)
+  if (!(dbg & 2)) {
     const int b = lane >> 4, q = lane & 15, j = 4 * b + (q & 3), tt = q >> 2;
     for (int it = warp; it < NTOK * KGS; it += NW + 1) {
       const int n = it % NTOK, G = it / NTOK;
@@ -1067,27 +1069,28 @@ gemvw_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   } else {
 #pragma unroll
     for (int i = 0; i < NB * 4; i++) wg_pin(acc[i]);
-    for (int i = 0; i < KGS; i++) {
-      uint4 nz[3];
-      if (i + 1 < KGS) {
-        const uint4* pn = wp + (size_t)(i + 1) * 96;
-        nz[0] = ld_stream(pn); nz[1] = ld_stream(pn + 32); nz[2] = ld_stream(pn + 64);
-      }
-      const uint4 f0 = decz(z[0].x, z[0].y, z[2].x, TL, TH);
-      const uint4 f1 = decz(z[0].z, z[0].w, z[2].y, TL, TH);
-      const uint4 f2 = decz(z[1].x, z[1].y, z[2].z, TL, TH);
-      const uint4 f3 = decz(z[1].z, z[1].w, z[2].w, TL, TH);
-      const uint32_t gx = xs + (uint32_t)(i * NTOK * 128);
-      wg_fence();
-      wgmma_rs<NB>(acc, f0, wg_desc(gx));
-      wgmma_rs<NB>(acc, f1, wg_desc(gx + 32));
-      wgmma_rs<NB>(acc, f2, wg_desc(gx + 64));
-      wgmma_rs<NB>(acc, f3, wg_desc(gx + 96));
-      wg_commit();
-      wg_wait0();
+    for (int i = 0; i < KGS; i += UG) {
+      uint4 nz[UG][1][3];
+      if (i + UG < KGS) load_zbatch<UG, 1>(nz, wp, 0, i + UG);
 #pragma unroll
-      for (int q = 0; q < NB * 4; q++) wg_pin(acc[q]);
-      z[0] = nz[0]; z[1] = nz[1]; z[2] = nz[2];
+      for (int u = 0; u < UG; u++) {
+        const uint4 f0 = decz(z[u][0][0].x, z[u][0][0].y, z[u][0][2].x, TL, TH);
+        const uint4 f1 = decz(z[u][0][0].z, z[u][0][0].w, z[u][0][2].y, TL, TH);
+        const uint4 f2 = decz(z[u][0][1].x, z[u][0][1].y, z[u][0][2].z, TL, TH);
+        const uint4 f3 = decz(z[u][0][1].z, z[u][0][1].w, z[u][0][2].w, TL, TH);
+        const uint32_t gx = xs + (uint32_t)((i + u) * NTOK * 128);
+        wg_fence();
+        wgmma_rs<NB>(acc, f0, wg_desc(gx));
+        wgmma_rs<NB>(acc, f1, wg_desc(gx + 32));
+        wgmma_rs<NB>(acc, f2, wg_desc(gx + 64));
+        wgmma_rs<NB>(acc, f3, wg_desc(gx + 96));
+        wg_commit();
+        wg_wait0();  // the fragments' registers are rewritten by the next group's decode
+#pragma unroll
+        for (int q = 0; q < NB * 4; q++) wg_pin(acc[q]);
+      }
+#pragma unroll
+      for (int u = 0; u < UG; u++) { z[u][0][0] = nz[u][0][0]; z[u][0][1] = nz[u][0][1]; z[u][0][2] = nz[u][0][2]; }
     }
   }
   __syncthreads();  // ecorr complete
@@ -1293,16 +1296,16 @@ static int allow_large_smem(const void* f) {
   return 0;
 }
 
-// One Z3 line: PIPE 0..5 launch gemvz_kernel, PIPE 6 gemvw_kernel (NW / 4 warpgroups; UG = R = 1).
+// One Z3 line: PIPE 0..5 launch gemvz_kernel, PIPE 6 gemvw_kernel (NW / 4 warpgroups, UG groups a trip; R = 1).
 template <int NW, int UG, int NB, int R, int P>
 static int launch_z(const void* x, const void* w, const void* eptr, const void* esc, void* out, void* ws, void* sem,
                     int M, int N, int K, int S, uint32_t TL, uint32_t TH, int dbg, int pf, int cl, int co, bool pdl,
                     cudaStream_t st) {
   if constexpr (P == 6) {
-    static_assert(UG == 1 && R == 1 && NW % 4 == 0 && (NB == 2 || NB == 4), "PIPE 6: UG = R = 1, NW % 4 == 0, NB 2 or 4");
-    const int e = allow_large_smem((const void*)gemvw_kernel<NW / 4, NB>);
+    static_assert(R == 1 && NW % 4 == 0 && (NB == 2 || NB == 4), "PIPE 6: R = 1, NW % 4 == 0, NB 2 or 4");
+    const int e = allow_large_smem((const void*)gemvw_kernel<NW / 4, UG, NB>);
     if (e) return e;
-    return launch_pdl(gemvw_kernel<NW / 4, NB>, dim3(N / (16 * NW), S), dim3((NW + 1) * 32), st, pdl, cl ? S : 1,
+    return launch_pdl(gemvw_kernel<NW / 4, UG, NB>, dim3(N / (16 * NW), S), dim3((NW + 1) * 32), st, pdl, cl ? S : 1,
                       gemvw_dyn_smem(NB, NW, S, K / 64 / S, cl), co, (const bf16*)x, (const uint4*)w,
                       (const int*)eptr, (const int2*)esc, (bf16*)out, (float4*)ws, (int*)sem, M, N, K, S, TL, TH, dbg,
                       cl);
@@ -1316,7 +1319,7 @@ static int launch_z(const void* x, const void* w, const void* eptr, const void* 
 
 template <int NW, int UG, int NB, int R, int P>
 static int attrs_z(int* res) {
-  if constexpr (P == 6) return func_attrs((const void*)gemvw_kernel<NW / 4, NB>, res);
+  if constexpr (P == 6) return func_attrs((const void*)gemvw_kernel<NW / 4, UG, NB>, res);
   else return func_attrs((const void*)gemvz_kernel<NW, UG, NB, R, P>, res);
 }
 
@@ -1968,10 +1971,11 @@ def gemvz_fits(cfg, N, K, m):
     if cfg.pipe == 6:   # gemvw_kernel: warpgroup MMA, x staged in shared memory
         if nb < 2:
             return f"PIPE 6 (wgmma) serves m > 8 only (m={m})"
-        if cfg.nw % 4 or cfg.ug != 1 or cfg.r != 1 or cfg.pf:
-            return f"PIPE 6 needs NW a multiple of 4, UG = R = 1 and pf = 0 (got {cfg})"
-        if N % (16 * cfg.nw) or K % 64 or KG % cfg.s:
-            return f"PIPE 6: N={N} not a multiple of 16*NW={16 * cfg.nw}, or K/64={KG} not divisible by S={cfg.s}"
+        if cfg.nw % 4 or cfg.r != 1 or cfg.pf:
+            return f"PIPE 6 needs NW a multiple of 4, R = 1 and pf = 0 (got {cfg})"
+        if N % (16 * cfg.nw) or K % 64 or KG % (cfg.s * cfg.ug):
+            return (f"PIPE 6: N={N} not a multiple of 16*NW={16 * cfg.nw}, or K/64={KG} not divisible by "
+                    f"S*UG={cfg.s * cfg.ug}")
         return _split_fits(cfg, gemvw_smem_bytes(cfg.nw, nb, cfg.s, KG, cfg.cl), WGMMA_SMEM_LIMIT)
     if N % (16 * cfg.r) or K % 64:
         return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 64"

@@ -85,7 +85,7 @@ def instances(nbs, duals, paths=("plain", "compressed"), nws=NWS):
                             out.append(("gemvz", (nw, ug, nb, r, pipe)))
         # PIPE 6 (gemvw_kernel, warpgroup MMA with x in shared memory): m > 8, NW a multiple of 4, UG = R = 1
         if "compressed" in paths and False in duals and WGMMA and nw % 4 == 0:
-            out += [("gemvz", (nw, 1, nb, 1, 6)) for nb in nbs if nb >= 2]
+            out += [("gemvz", (nw, ug, nb, 1, 6)) for nb in nbs if nb >= 2 for ug in UGS]
     return out
 
 

@@ -124,13 +124,13 @@ def test_wgmma_pipe_compiles_without_spills(tmp_path):
     # PIPE 6 (gemvw_kernel, warpgroup MMA: sm_90a) for both token-block counts and both warpgroup counts, from the
     # source tune.py and tests/test_wgmma.py compile
     import tune
-    insts = [("gemvz", (nw, 1, nb, 1, 6)) for nw in (4, 8) for nb in (2, 4)]
+    insts = [("gemvz", (nw, ug, nb, 1, 6)) for nw in (4, 8) for nb in (2, 4) for ug in (1, 2)]
     (tmp_path / "w.cu").write_text(tune.tune_sources(insts, 1)[0][0])
     r = subprocess.run([NVCC, *submission.NVCC_FLAGS, "-Xptxas", "-v", "-c", str(tmp_path / "w.cu"), "-o",
                         str(tmp_path / "w.o")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     blocks = [b for b in re.split(r"ptxas info\s+: Compiling entry function ", r.stderr)[1:] if "gemvw_kernel" in b]
-    assert len(blocks) == 4, r.stderr[-3000:]
+    assert len(blocks) == 8, r.stderr[-3000:]
     for b in blocks:
         assert re.search(r"0 bytes spill stores, 0 bytes spill loads", b), b[:400]
     assert "wgmma" not in r.stderr.lower() or "serializ" not in r.stderr.lower(), r.stderr[-3000:]

@@ -14,7 +14,7 @@ import tune
 
 DEV = "cuda"
 NAMES = ["qkv_gate", "o_proj", "pooler", "unpooler"]
-INSTS = [("gemvz", (nw, 1, nb, 1, 6)) for nw in (4, 8) for nb in (2, 4)]
+INSTS = [("gemvz", (nw, ug, nb, 1, 6)) for nw in (4, 8) for nb in (2, 4) for ug in (1, 2)]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def suite():
 
 def configs(name, m):
     """PIPE 6 configs that fit (name, m): NW 4 and 8 at the smallest S whose x slice fits, that S with the cluster
-    (cl=2) and the ticket (cl=0), and twice that S."""
+    (cl=2) and the ticket (cl=0), twice that S, and that S with two groups a trip (UG=2)."""
     d = judge.LAYERS[name]
     out = []
     for nw in (4, 8):
@@ -57,9 +57,9 @@ def configs(name, m):
         out += [base._replace(s=s, cl=2 if s > 1 else 0)]
         if s > 1:
             out += [base._replace(s=s, cl=0)]
-        c2 = base._replace(s=2 * s, cl=2)
-        if not S.gemvz_fits(c2, d["N"], d["K"], m):
-            out.append(c2)
+        for c2 in (base._replace(s=2 * s, cl=2), base._replace(s=s, ug=2, cl=2 if s > 1 else 0)):
+            if not S.gemvz_fits(c2, d["N"], d["K"], m):
+                out.append(c2)
     return out
 
 
