@@ -911,239 +911,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   combine_store<false, true, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
 
-// ---- gemvw_kernel: the compressed GEMV on warpgroup MMA (PIPE 6, m > 8) ------------------------------
-// Why: at m = 16 / 32 gemvz_kernel is held by x, not by HBM (NOTES.md, session 8): every warp loads 4 KB of x per
-// 1.5 KB group into registers (32 registers at NB = 4, 8 L1 wavefronts per request), so few warps fit and each
-// waits on its own loads. Here the CTA stages its K slice of x once in shared memory and the tensor cores read it
-// from there as wgmma's B operand; no x passes through a warp's registers.
-// Contract: as gemvz_kernel (same stream, side table, ws, sem), R = 1, NW = 4 NWG streaming warps, K/64 % (S UG) == 0.
-//   grid (N / (16 NW), S), clusters (1, S) with cl: CTA (rg, sidx) = row blocks rg NW .. rg NW + NW - 1 (warp w
-//     streams block rg NW + w) x the K slice [klo, klo + KGS 64) of all of them
-//   x slice in dynamic shared memory, after the cluster buffer, 1024-aligned: group G is NTOK rows (tokens, clamped
-//     to M - 1) of 128 B in the 128-byte swizzle (16-B chunk j of row n at j ^ (n & 7)); within a 32-k block the
-//     elements are in the order the 12-bit stream's fragments use (lane t's 8 k serve two k16 steps: logical chunk
-//     c = 2s + h of block b holds word c of each of the block's four actual 16-B chunks), so the decoded A fragments
-//     meet the same x they meet in gemvz_kernel. Staged with 4-byte cp.async after pdl_wait (one warp request per
-//     token and group: 128 B read, 128 B written, no bank conflict).
-//   streaming warp: per trip of UG groups (the next trip's weights loaded first), per group: decodes its 4
-//     fragments (decz), issues 4 wgmma m64nNk16 (A = the fragment, from registers; B = the group's k16 step of x)
-//     and waits for them (the next group's decode reuses the fragment registers).
-//   warp NW: the exception warp of gemvz_kernel, reading x from the shared slice.
-//   end: C fragment + corrections -> split-K combine (cluster or ticket, shared with the other kernels) -> store;
-//     thread tid < NT holds positions p = tid + j NT, j = token block.
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait0() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
-// Barrier `id` (1..15; 0 is __syncthreads) for n threads: it may sit at different places in different warps.
-__device__ __forceinline__ void named_barrier(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
-// Generic-proxy writes to shared memory become visible to the async proxy (wgmma's operand reads).
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
-// Keep the compiler from moving accumulator reads / writes across the asynchronous mma.
-__device__ __forceinline__ void wg_pin(float& v) { asm volatile("" : "+f"(v)::"memory"); }
-// Shared memory matrix descriptor: K-major, 128-byte swizzle, 8-row atoms 1024 B apart (SBO), LBO unused (1).
-__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {
-  return (uint64_t)((saddr >> 4) & 0x3FFFu) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-// D[64 x 8NB] += A[64 x 16] (this warp's 16 rows: fragment a, mma16816's layout) . B[16 x 8NB] (descriptor).
-template <int NB>
-__device__ __forceinline__ void wgmma_rs(float (&d)[NB * 4], uint4 a, uint64_t desc) {
-  static_assert(NB == 2 || NB == 4, "wgmma path: NB 2 or 4");
-  if constexpr (NB == 4) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(desc), "r"(1));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(desc), "r"(1));
-  }
-}
-
-// Byte offset, inside the staged slice, of x[tok][klo + kr] (kr < KGS 64).
-template <int NTOK>
-__device__ __forceinline__ uint32_t xs_offset(int tok, int kr) {
-  const int G = kr >> 6, a = (kr & 63) >> 1, j = 4 * (a >> 4) + (a & 3), tt = (a & 15) >> 2;
-  return (uint32_t)(G * NTOK * 128 + tok * 128 + ((j ^ (tok & 7)) << 4) + 4 * tt + 2 * (kr & 1));
-}
-
-// Dynamic shared memory of one gemvw CTA: the cluster buffer, 1024 B of alignment slack, the x slice.
-__host__ __device__ __forceinline__ size_t gemvw_dyn_smem(int NB, int NW, int S, int KGS, int cl) {
-  return (cl ? (size_t)(S - 1) * NW * NB * 32 * 16 : 0) + 1024 + (size_t)KGS * NB * 8 * 128;
-}
-
-template <int NWG, int UG, int NB>
-__global__ void __launch_bounds__((NWG * 4 + 1) * 32, 1)
-gemvw_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int* __restrict__ eptr,
-             const int2* __restrict__ esc, bf16* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem,
-             int M, int N, int K, int S, uint32_t TL, uint32_t TH, int dbg, int cl) {
-  constexpr int NW = NWG * 4, NTOK = NB * 8, P = NW * NB * 32, NT = NW * 32, J = NB;
-  constexpr int EC = 2;  // entries a row preloads (before the wait) and then reads per chunk
-  extern __shared__ float4 cbuf[];  // cl: [S - 1][P]; then the x slice
-  __shared__ float ecorr[NW * 16][NTOK + 1];
-  pdl_trigger();
-  cluster_start<P>(cl, S);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  const int rg = blockIdx.x, sidx = blockIdx.y;
-  const int KG = K / 64, KGS = KG / S, klo = sidx * KGS * 64;
-  const uint32_t dsm = smem_u32(cbuf);
-  const uint32_t xs = (dsm + (cl ? (uint32_t)(S - 1) * P * 16u : 0u) + 1023u) & ~1023u;
-  const unsigned char* xsp = reinterpret_cast<const unsigned char*>(cbuf) + (xs - dsm);
-
-  // before the wait (constant after prepare): this warp's first trip of weights (streaming warps); the exception
-  // warp's rows' entries in this K slice (egrp: offsets per 64-k group) and the first EC of each
-  const uint4* wp = w + ((size_t)(rg * NW + min(warp, NW - 1)) * KG + sidx * KGS) * 96 + lane;
-  uint4 z[UG][1][3];
-  int beg[NW], end[NW];
-  int2 e0[NW][EC];
-  if (warp < NW) {
-    load_zbatch<UG, 1>(z, wp, 0, 0);
-  } else {
-#pragma unroll
-    for (int r = 0; r < NW; r++) {
-      const int* er = eptr + (size_t)((rg * NW + r) * 16 + (lane & 15)) * (KG + 1) + sidx * KGS;
-      beg[r] = dbg & 1 ? 0 : __ldg(er);
-      end[r] = dbg & 1 ? 0 : __ldg(er + KGS);
-    }
-#pragma unroll
-    for (int r = 0; r < NW; r++)
-#pragma unroll
-      for (int c = 0; c < EC; c++) e0[r][c] = beg[r] + c < end[r] ? __ldg(esc + beg[r] + c) : make_int2(0, 0);
-  }
-  pdl_wait();
-
-  // stage x in two commit groups: groups [0, GA) (the first trips), then the rest; warp request (n, G) copies token
-  // n's 64 k of group G, word a = lane to its swizzled place (dbg & 2: skipped, for timing the rest alone: wrong)
-  const int GA = min(KGS, max(UG, (KGS / 4) / UG * UG));
-  {
-    const int b = lane >> 4, q = lane & 15, j = 4 * b + (q & 3), tt = q >> 2;
-#pragma unroll
-    for (int ph = 0; ph < 2; ph++) {
-      const int g0 = ph ? GA : 0, ng = ph ? KGS - GA : GA;
-      if (!(dbg & 2))
-        for (int it = warp; it < NTOK * ng; it += NW + 1) {
-          const int n = it % NTOK, G = g0 + it / NTOK;
-          const bf16* src = x + (size_t)min(n, M - 1) * K + klo + G * 64 + 2 * lane;
-          cp_async4(xs + (uint32_t)(G * NTOK * 128 + n * 128 + ((j ^ (n & 7)) << 4) + 4 * tt), src);
-        }
-      cp_async_commit();
-    }
-  }
-  cp_async_wait1();  // this thread's first-phase copies have landed
-  fence_proxy_async();
-  named_barrier(1, (NW + 1) * 32);
-
-  float acc[NB * 4];
-#pragma unroll
-  for (int i = 0; i < NB * 4; i++) acc[i] = 0.f;
-  if (warp == NW) {
-    cp_async_wait0();  // the corrections need the whole slice
-    fence_proxy_async();
-    named_barrier(2, (NW + 1) * 32);
-    const int rl = lane & 15, p = lane >> 4;
-#pragma unroll
-    for (int r = 0; r < NW; r++) {
-      float ea[NB * 4];
-#pragma unroll
-      for (int q = 0; q < NB * 4; q++) ea[q] = 0.f;
-      // entries beg[r] .. end[r] - 1, all inside the slice: the first EC preloaded, the rest (rare) read here
-      for (int jj = beg[r]; jj < end[r]; jj += EC) {
-        int2 e[EC];
-#pragma unroll
-        for (int c = 0; c < EC; c++) e[c] = jj == beg[r] ? e0[r][c] : (jj + c < end[r] ? __ldg(esc + jj + c) : make_int2(0, 0));
-#pragma unroll
-        for (int c = 0; c < EC; c++)
-          if (jj + c < end[r]) {
-            const float d = __int_as_float(e[c].y);
-#pragma unroll
-            for (int q = 0; q < NB * 4; q++) {
-              const int tok = p + 2 * q;
-              const float xv = __bfloat162float(
-                  *reinterpret_cast<const bf16*>(xsp + xs_offset<NTOK>(tok, e[c].x - klo)));
-              ea[q] += d * xv;  // tok >= M: a clamped copy of row M - 1, never stored
-            }
-          }
-      }
-#pragma unroll
-      for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < NB * 4; i++) wg_pin(acc[i]);
-    for (int i = 0; i < KGS; i += UG) {
-      if (i == GA) {  // the second phase of the slice
-        cp_async_wait0();
-        fence_proxy_async();
-        named_barrier(2, (NW + 1) * 32);
-      }
-      uint4 nz[UG][1][3];
-      if (i + UG < KGS) load_zbatch<UG, 1>(nz, wp, 0, i + UG);
-#pragma unroll
-      for (int u = 0; u < UG; u++) {
-        const uint4 f0 = decz(z[u][0][0].x, z[u][0][0].y, z[u][0][2].x, TL, TH);
-        const uint4 f1 = decz(z[u][0][0].z, z[u][0][0].w, z[u][0][2].y, TL, TH);
-        const uint4 f2 = decz(z[u][0][1].x, z[u][0][1].y, z[u][0][2].z, TL, TH);
-        const uint4 f3 = decz(z[u][0][1].z, z[u][0][1].w, z[u][0][2].w, TL, TH);
-        const uint32_t gx = xs + (uint32_t)((i + u) * NTOK * 128);
-        wg_fence();
-        wgmma_rs<NB>(acc, f0, wg_desc(gx));
-        wgmma_rs<NB>(acc, f1, wg_desc(gx + 32));
-        wgmma_rs<NB>(acc, f2, wg_desc(gx + 64));
-        wgmma_rs<NB>(acc, f3, wg_desc(gx + 96));
-        wg_commit();
-        wg_wait0();  // the fragments' registers are rewritten by the next group's decode
-#pragma unroll
-        for (int q = 0; q < NB * 4; q++) wg_pin(acc[q]);
-      }
-#pragma unroll
-      for (int u = 0; u < UG; u++) { z[u][0][0] = nz[u][0][0]; z[u][0][1] = nz[u][0][1]; z[u][0][2] = nz[u][0][2]; }
-    }
-    if (GA >= KGS) {  // one phase only: meet the exception warp at its barrier
-      cp_async_wait0();
-      named_barrier(2, (NW + 1) * 32);
-    }
-  }
-  __syncthreads();  // ecorr complete
-
-  float4 res[J];
-#pragma unroll
-  for (int j = 0; j < J; j++) {
-    res[j] = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
-    if (tid < NT) {
-      const int r16 = warp * 16 + g;
-      res[j].x += ecorr[r16][j * 8 + 2 * t];
-      res[j].y += ecorr[r16][j * 8 + 2 * t + 1];
-      res[j].z += ecorr[r16 + 8][j * 8 + 2 * t];
-      res[j].w += ecorr[r16 + 8][j * 8 + 2 * t + 1];
-    }
-  }
-  const bool store = cl ? cluster_combine<J, P, NT>(res, cbuf, S, cl) : splitk_combine<J, P, NT>(res, ws, sem, rg, sidx, S);
-  if (store && tid < NT) {
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-      const float rr[4] = {res[j].x, res[j].y, res[j].z, res[j].w};
-#pragma unroll
-      for (int q = 0; q < 4; q++) {
-        const int tok = j * 8 + 2 * t + (q & 1), row = (rg * NW + warp) * 16 + g + ((q >> 1) << 3);
-        if (tok < M) out[(size_t)tok * N + row] = __float2bfloat16_rn(rr[q]);
-      }
-    }
-  }
-}
-
 // ---- unpackz_kernel: decode the whole 12-bit stream back to bf16 [N, K] ---------------------------
 // prepare() runs it on every layer it compresses and compares with the weight, bit for bit, so the
 // decoder that runs in gemvz_kernel (decz) is checked on the GPU itself. One thread per (rb, G, lane).
@@ -1299,59 +1066,15 @@ int gemv_dispatch(const void* x, const void* w, const void* w2, void* out, void*
   return -1;
 }
 
-// The wgmma kernel's x slice may pass 48 KB: opt in once per kernel to the largest dynamic shared memory the SM
-// allows next to the kernel's static shared memory (227 KB per CTA in all).
-static int allow_large_smem(const void* f) {
-  static std::mutex mu;
-  static std::vector<const void*> done;
-  std::lock_guard<std::mutex> lock(mu);
-  for (const void* d : done)
-    if (d == f) return 0;
-  cudaFuncAttributes a;
-  cudaError_t e = cudaFuncGetAttributes(&a, f);
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024 - (int)a.sharedSizeBytes);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return (int)e;
-  }
-  done.push_back(f);
-  return 0;
-}
-
-// One Z3 line: PIPE 0..5 launch gemvz_kernel, PIPE 6 gemvw_kernel (NW / 4 warpgroups, UG groups a trip; R = 1).
-template <int NW, int UG, int NB, int R, int P>
-static int launch_z(const void* x, const void* w, const void* eptr, const void* esc, void* out, void* ws, void* sem,
-                    int M, int N, int K, int S, uint32_t TL, uint32_t TH, int dbg, int pf, int cl, int co, bool pdl,
-                    cudaStream_t st) {
-  if constexpr (P == 6) {
-    static_assert(R == 1 && NW % 4 == 0 && (NB == 2 || NB == 4), "PIPE 6: R = 1, NW % 4 == 0, NB 2 or 4");
-    const int e = allow_large_smem((const void*)gemvw_kernel<NW / 4, UG, NB>);
-    if (e) return e;
-    return launch_pdl(gemvw_kernel<NW / 4, UG, NB>, dim3(N / (16 * NW), S), dim3((NW + 1) * 32), st, pdl, cl ? S : 1,
-                      gemvw_dyn_smem(NB, NW, S, K / 64 / S, cl), co, (const bf16*)x, (const uint4*)w,
-                      (const int*)eptr, (const int2*)esc, (bf16*)out, (float4*)ws, (int*)sem, M, N, K, S, TL, TH, dbg,
-                      cl);
-  } else {
-    return launch_pdl(gemvz_kernel<NW, UG, NB, R, P>, dim3(N / (16 * R), S), dim3((NW + 1) * 32), st, pdl,
-                      cl ? S : 1, cl ? (size_t)(S - 1) * R * NB * 32 * 16 : 0, co, (const bf16*)x, (const uint4*)w,
-                      (const int*)eptr, (const int2*)esc, (bf16*)out, (float4*)ws, (int*)sem, M, N, K, S, TL, TH, dbg,
-                      pf, cl);
-  }
-}
-
-template <int NW, int UG, int NB, int R, int P>
-static int attrs_z(int* res) {
-  if constexpr (P == 6) return func_attrs((const void*)gemvw_kernel<NW / 4, UG, NB>, res);
-  else return func_attrs((const void*)gemvz_kernel<NW, UG, NB, R, P>, res);
-}
-
 int gemvz_dispatch(const void* x, const void* w, const void* eptr, const void* esc, void* out, void* ws, void* sem,
                    int M, int N, int K, int S, int NW, int UG, int NB, int R, int P, uint32_t TL, uint32_t TH, int dbg,
                    int pf, int cl, int co, bool pdl, cudaStream_t st) {
-#define LAUNCH_Z3(NW_, U_, NB_, R_, P_)                                                                   \
-  if (NW == NW_ && UG == U_ && NB == NB_ && R == R_ && P == P_)                                            \
-    return launch_z<NW_, U_, NB_, R_, P_>(x, w, eptr, esc, out, ws, sem, M, N, K, S, TL, TH, dbg, pf, cl, co, pdl, st);
+#define LAUNCH_Z3(NW_, U_, NB_, R_, P_)                                                                     \
+  if (NW == NW_ && UG == U_ && NB == NB_ && R == R_ && P == P_)                                              \
+    return launch_pdl(gemvz_kernel<NW_, U_, NB_, R_, P_>, dim3(N / (16 * R_), S), dim3((NW_ + 1) * 32), st,    \
+                      pdl, cl ? S : 1, cl ? (size_t)(S - 1) * R_ * NB_ * 32 * 16 : 0, co, (const bf16*)x,       \
+                      (const uint4*)w, (const int*)eptr, (const int2*)esc, (bf16*)out, (float4*)ws, (int*)sem, M, N, \
+                      K, S, TL, TH, dbg, pf, cl);
   GEMVZ_CONFIGS(LAUNCH_Z3)
 #undef LAUNCH_Z3
   return -1;
@@ -1370,7 +1093,7 @@ int gemv_attrs(int NW, int U, int NB, int R, bool dual, int P, int* res) {
 int gemvz_attrs(int NW, int UG, int NB, int R, int P, int* res) {
 #define ATTRS_Z3(NW_, U_, NB_, R_, P_)                                \
   if (NW == NW_ && UG == U_ && NB == NB_ && R == R_ && P == P_)        \
-    return attrs_z<NW_, U_, NB_, R_, P_>(res);
+    return func_attrs((const void*)gemvz_kernel<NW_, U_, NB_, R_, P_>, res);
   GEMVZ_CONFIGS(ATTRS_Z3)
 #undef ATTRS_Z3
   return -1;
@@ -1463,7 +1186,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 }
 """
 
-NVCC_FLAGS = ["-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a"]
+NVCC_FLAGS = ["-O3", "-std=c++17", "-gencode=arch=compute_90,code=sm_90"]
 
 
 # ===================================================================================================
@@ -1585,7 +1308,7 @@ def split_hi_lo(w32):
 # ===================================================================================================
 ZSIGN_BIT = (7, 15, 23, 31, 3, 11, 19, 27)   # code-word bit that holds the sign of fragment element j
 
-ZPack = collections.namedtuple("ZPack", "stream eptr esc capr window TL TH mode n_exc exc_cols egrp")
+ZPack = collections.namedtuple("ZPack", "stream eptr esc capr window TL TH mode n_exc exc_cols")
 
 
 def side_table_bits(z, N, K):
@@ -1673,11 +1396,6 @@ def pack_z(w, with_zero=None):
         esc[:n_exc, 0] = ex_k.to(torch.int32)
         esc[:n_exc, 1] = corr.view(torch.int32)
     exc_cols = torch.unique(ex_k).tolist() if n_exc else []
-    # egrp int32 [N, K/64 + 1]: row r's first entry at k >= 64 G (PIPE 6's exception warp starts at its K slice)
-    bounds = (torch.arange(N, device=w.device)[:, None] * K + 64 * torch.arange(K // 64 + 1, device=w.device)[None, :])
-    keys = (ex_r.to(torch.int64) * K + ex_k.to(torch.int64)) if n_exc else torch.zeros(0, dtype=torch.int64,
-                                                                                         device=w.device)
-    egrp = torch.searchsorted(keys, bounds.reshape(-1)).to(torch.int32).reshape(N, K // 64 + 1).contiguous()
 
     # fragment order, as pack_plain: [RB, KB, 2 (s), 32 (lane), 8 (j)] -> [RB, KG, 4 (f = 2 kb2 + s), 32, 8]
     RB, KG = N // 16, K // 64
@@ -1692,7 +1410,7 @@ def pack_z(w, with_zero=None):
     a = lo_f.view(RB, KG, 2, 2, 32, 8).permute(0, 1, 2, 4, 3, 5).reshape(RB, KG, 2, 32, 16)
     stream = torch.cat([a[:, :, 0], a[:, :, 1], codes], dim=2).reshape(RB, KG, 1536).contiguous()
     tl, th = _window_words(window)
-    return ZPack(stream, eptr, esc, capr, window, tl, th, mode, n_exc, exc_cols, egrp)
+    return ZPack(stream, eptr, esc, capr, window, tl, th, mode, n_exc, exc_cols)
 
 
 # ===================================================================================================
@@ -1959,7 +1677,7 @@ def smem_bytes(nw, nb, r, compressed, s=1, cl=0):
     return nw * part + (r * 16 * (nb * 8 + 1) * 4 if compressed else 0) + 4 + 8 + (s - 1) * part * (cl >= 1)
 
 
-def _split_fits(cfg, smem, limit=SMEM_LIMIT):
+def _split_fits(cfg, smem):
     if cfg.pf not in (0, 1):
         return f"pf={cfg.pf!r}: expected 0 (no L2 prefetch) or 1 (the warp's slice, before griddepcontrol.wait)"
     if cfg.cl not in (0, 1, 2):
@@ -1968,8 +1686,8 @@ def _split_fits(cfg, smem, limit=SMEM_LIMIT):
         return f"co={cfg.co!r}: expected -1 (no carveout preference) or a percentage 0..100"
     if cfg.cl and not 2 <= cfg.s <= MAX_CLUSTER:
         return f"cl={cfg.cl} needs 2 <= S <= {MAX_CLUSTER} (one cluster per row group), got S={cfg.s}"
-    if smem > limit:
-        return f"shared memory {smem} B > {limit}"
+    if smem > SMEM_LIMIT:
+        return f"shared memory {smem} B > {SMEM_LIMIT}"
     return None
 
 
@@ -1983,28 +1701,9 @@ def gemv_fits(cfg, N, K, m):
     return _split_fits(cfg, smem_bytes(cfg.nw, nb, cfg.r, False, cfg.s, cfg.cl))
 
 
-WGMMA_SMEM_LIMIT = 227 * 1024   # PIPE 6 opts in to the SM's largest shared memory per CTA
-
-
-def gemvw_smem_bytes(nw, nb, s, kg, cl):
-    """Shared memory of one PIPE 6 (gemvw_kernel) CTA: the exception warp's corrections, the cluster buffer,
-    1024 B of alignment slack and the CTA's K slice of x (kg / s groups of NB*8 tokens x 128 B), plus the ticket
-    flag and the cl = 2 mbarrier (12 B)."""
-    return nw * 16 * (nb * 8 + 1) * 4 + 12 + (s - 1) * nw * nb * 32 * 16 * (cl >= 1) + 1024 + kg // s * nb * 8 * 128
-
-
 def gemvz_fits(cfg, N, K, m):
     """Why a compressed config cannot run this shape, or None if it can."""
     nb, KG = nb_of(m), K // 64
-    if cfg.pipe == 6:   # gemvw_kernel: warpgroup MMA, x staged in shared memory
-        if nb < 2:
-            return f"PIPE 6 (wgmma) serves m > 8 only (m={m})"
-        if cfg.nw % 4 or cfg.r != 1 or cfg.pf:
-            return f"PIPE 6 needs NW a multiple of 4, R = 1 and pf = 0 (got {cfg})"
-        if N % (16 * cfg.nw) or K % 64 or KG % (cfg.s * cfg.ug):
-            return (f"PIPE 6: N={N} not a multiple of 16*NW={16 * cfg.nw}, or K/64={KG} not divisible by "
-                    f"S*UG={cfg.s * cfg.ug}")
-        return _split_fits(cfg, gemvw_smem_bytes(cfg.nw, nb, cfg.s, KG, cfg.cl), WGMMA_SMEM_LIMIT)
     if N % (16 * cfg.r) or K % 64:
         return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 64"
     if KG % (cfg.s * cfg.nw * cfg.ug):
@@ -2410,6 +2109,6 @@ def kernel_fn(x, layer, out=None):
                   layer.dual, c.pipe, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
     else:
         z = layer.z
-        _EXT.gemvz(x, z.stream, z.egrp if c.pipe == 6 else z.eptr, z.esc, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.ug, c.r,
+        _EXT.gemvz(x, z.stream, z.eptr, z.esc, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.ug, c.r,
                    nb_of(m), c.pipe, z.TL, z.TH, layer.dbg, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
     return out

@@ -42,8 +42,6 @@ US = (1, 2, 4)
 UGS = (1, 2, 4)
 RS = (1, 2, 4)
 PIPES = (0, 1, 2, 3, 4, 5)
-# PIPE 6 (compressed only, m > 8): gemvw_kernel, warpgroup MMA; --no-wgmma leaves it out
-WGMMA = True
 # L2 prefetch of the warp's slice (pf = 1): not in the screen, tried on the finalists (it won only router shapes,
 # whose slice is one batch). --pf / --pf-final override.
 PFS = (0,)
@@ -83,9 +81,6 @@ def instances(nbs, duals, paths=("plain", "compressed"), nws=NWS):
                         regs = frags + (8 * ug * nb * xbufs if pipelined else 8 * nb) + 4 * r * nb + 16
                         if regs <= 200 and sub.smem_bytes(nw, nb, r, True) <= sub.SMEM_LIMIT:
                             out.append(("gemvz", (nw, ug, nb, r, pipe)))
-        # PIPE 6 (gemvw_kernel, warpgroup MMA with x in shared memory): m > 8, NW a multiple of 4, UG = R = 1
-        if "compressed" in paths and False in duals and WGMMA and nw % 4 == 0:
-            out += [("gemvz", (nw, ug, nb, 1, 6)) for nb in nbs if nb >= 2 for ug in UGS]
     return out
 
 
@@ -188,7 +183,7 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS):
             for r in RS:
                 if N % (16 * r):
                     continue
-                for pipe in PIPES + ((6,) if compressed and WGMMA else ()):
+                for pipe in PIPES:
                     a = ext.gemvz_attrs(nw, u, nb, r, pipe) if compressed else ext.gemv_attrs(nw, u, nb, r, dual, pipe)
                     if not a:
                         continue
@@ -198,9 +193,7 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS):
                     if (nw + (1 if compressed else 0)) * 32 > a[3]:
                         continue                  # too many registers for this many threads: cannot launch
                     kblocks = K // 64 if compressed else K // 32
-                    # PIPE 6: the CTA's warps split rows, not K (S only has to divide the groups)
-                    ss = s_options(kblocks, 1, N // (16 * nw)) if pipe == 6 else s_options(kblocks, nw * u, N // (16 * r))
-                    for s in ss:
+                    for s in s_options(kblocks, nw * u, N // (16 * r)):
                         for pf in pfs:
                             # S > 1: the cluster reduction (cl=2, st.async + mbarrier: faster than or tied with
                             # cl=1 on all 9 cl=1 rows swept in session 5), and the ticket only where the cluster
@@ -289,7 +282,6 @@ def main(argv=None):
                     help="compile the candidate extension for these layers / m / paths / nw, then stop "
                          "(tools/device.sh prebuild: overlaps it with the shipped build)")
     ap.add_argument("--nw", default=",".join(map(str, NWS)), help="warps per CTA to try")
-    ap.add_argument("--no-wgmma", action="store_true", help="leave PIPE 6 (warpgroup MMA, compressed, m > 8) out")
     ap.add_argument("--budget-s", type=float, default=540, help="stop (tables saved) before this many seconds")
     ap.add_argument("--backend", choices=("cuda", "triton"), default="cuda")
     ap.add_argument("--paths", default="plain,compressed", help="CUDA paths to tune: plain, compressed or both")
@@ -298,8 +290,6 @@ def main(argv=None):
     ap.add_argument("--co-final", default=",".join(map(str, FINAL_COS)),
                     help="shared memory carveouts (-1 = driver's choice, 0..100 percent) for the finalists")
     args = ap.parse_args(argv)
-    global WGMMA
-    WGMMA = not args.no_wgmma
     if not torch.cuda.is_available():
         print("[tune] needs a CUDA device (an H200); nothing to do here")
         return 1
