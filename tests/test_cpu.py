@@ -491,6 +491,28 @@ def test_tool_summary_lists_both_rounds_and_the_fastest():
     assert cols == "cl=1: 2.00/1.50  cl=2: 1.70/1.80" and best == 1
 
 
+def test_tool_interleaved_timing_checks_each_choice_unless_told_not_to(monkeypatch):
+    # ab_define.py --no-check times variants that are wrong on purpose; without it a wrong choice stops the run
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+    import cases
+    import judge
+
+    class L:
+        dual, weight = False, torch.zeros(16, 64, dtype=torch.bfloat16)
+
+    def wrong(*a, **k):
+        raise judge.CheckFailed("off by a lot")
+    monkeypatch.setattr(judge, "reference", lambda x, w: None)
+    monkeypatch.setattr(judge, "check_close", wrong)
+    monkeypatch.setattr(judge, "time_graph", lambda fns, replays: (len(fns) * 1e-3, None))
+    monkeypatch.setattr(cases.S, "kernel_fn", lambda x, layer: None)
+    seen = []
+    res = cases.time_interleaved([L(), L()], None, "t:1", ["a", "b"], seen.append, str, 3, "ab", check=False)
+    assert res == {"a": [1.0, 1.0], "b": [1.0, 1.0]} and seen == ["a", "b", "a", "b"]
+    with pytest.raises(SystemExit, match=r"\[ab\] wrong result: off by a lot"):
+        cases.time_interleaved([L()], None, "t:1", ["a"], seen.append, str, 3, "ab")
+
+
 def test_tune_drops_a_winner_whose_output_is_wrong(monkeypatch):
     import tune
 

@@ -3,7 +3,7 @@ the plan with fields replaced, on trained-looking weights. Prints the cases in l
 profiled gemv launches in that order).
 
     ncu -k regex:gemv python3 tools/ncu_case.py pooler:1 pooler:1:pf=1 router:1 pooler:1:plain
-    ncu -k regex:gemv python3 tools/ncu_case.py --define MUSE_PF_ROLL unpooler:32:compressed:pf=3
+    ncu -k regex:gemv python3 tools/ncu_case.py --define MUSE_NO_LAND_Z pooler:1
 
 --define NAME[+NAME...]: run the cases on that compile-time variant (tools/ab_define.py builds it).
 """
