@@ -1711,6 +1711,14 @@ def gemvz_fits(cfg, N, K, m):
     return _split_fits(cfg, smem_bytes(cfg.nw, nb, cfg.r, True, cfg.s, cfg.cl))
 
 
+def config_fits(cfg, N, K, m, dual=False):
+    """Why cfg (GemvConfig, GemvzConfig or TritonConfig) cannot run an [N, K] layer at m, or None if it can: the
+    fits check of its path (Layer.set_config, tune.py and tools/sweep_field.py all ask this one)."""
+    if isinstance(cfg, TritonConfig):
+        return "triton is not installed" if triton is None else tri_fits(cfg, N, K, m, dual)
+    return (gemvz_fits if isinstance(cfg, GemvzConfig) else gemv_fits)(cfg, N, K, m)
+
+
 def default_config(N, K, m, compressed):
     """The documented default for a (layer, m) no table row covers: the first (nw, u, r, pipe) of DEFAULT_GEMV
     (DEFAULT_GEMVZ) that fits, with S the smallest power of two giving TARGET_CTAS CTAs (two per SM) that
@@ -1858,19 +1866,16 @@ class Layer:
     def set_config(self, m, cfg):
         """Use cfg (GemvConfig, GemvzConfig or TritonConfig) for m from now on (tune.py); grows the workspace
         if needed (and compiles a Triton config: eager, so do it before any graph capture)."""
+        why = config_fits(cfg, self.N, self.K, m, self.dual)
+        if why:
+            raise ValueError(f"config {cfg} does not fit layer '{self.name}' at m={m}: {why}")
         if isinstance(cfg, TritonConfig):
-            why = "triton is not installed" if triton is None else tri_fits(cfg, self.N, self.K, m, self.dual)
-            if why:
-                raise ValueError(f"config {cfg} does not fit layer '{self.name}' at m={m}: {why}")
             self.plans[m] = PlanEntry("triton", cfg, "set_config")
             self._pack_triton()
             self._alloc_workspace()
             self._warm_triton()
             return
         path = "compressed" if isinstance(cfg, GemvzConfig) else "plain"
-        why = (gemvz_fits if path == "compressed" else gemv_fits)(cfg, self.N, self.K, m)
-        if why:
-            raise ValueError(f"config {cfg} does not fit layer '{self.name}' at m={m}: {why}")
         if path == "compressed" and self.z is None:
             raise ValueError(f"layer '{self.name}' has no compressed weights ({self.z_note})")
         if path == "plain" and self.w is None:

@@ -159,7 +159,7 @@ def triton_candidates(N, K, m, dual):
             for s in ss:
                 for mode in (("ticket", "atomic") if bk == 128 and s > 1 else ("ticket",)):
                     c = sub.TritonConfig(bn, bk, s, 4, 3, mode)
-                    if not sub.tri_fits(c, N, K, m, dual):
+                    if not sub.config_fits(c, N, K, m, dual):
                         out.append(c)
     return out
 
@@ -200,7 +200,7 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS):
                             # does not fit (session 2's sweep: every S > 1 winner took the cluster where it fit)
                             for cl in ((2, 0) if s > 1 else (0,)):
                                 c = (sub.GemvzConfig if compressed else sub.GemvConfig)(nw, s, u, r, pipe, pf, 1, cl)
-                                if not (sub.gemvz_fits if compressed else sub.gemv_fits)(c, N, K, m):
+                                if not sub.config_fits(c, N, K, m):
                                     out.append(c)
                                     break
     return out, spilled

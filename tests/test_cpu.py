@@ -285,6 +285,17 @@ def test_prefetch_is_0_or_1():
     assert "pf=-1" in S.gemv_fits(S.GemvConfig(8, 1, 2, 1, 2, -1), 4096, 8192, 1)
 
 
+def test_config_fits_asks_the_check_of_the_configs_path():
+    z, c = S.GemvzConfig(8, 1, 2, 1, 2, 2), S.GemvConfig(8, 1, 2, 1, 2, -1)
+    assert S.config_fits(z, 4096, 8192, 1) == S.gemvz_fits(z, 4096, 8192, 1) and "pf=2" in S.config_fits(z, 4096, 8192, 1)
+    assert S.config_fits(c, 4096, 8192, 1) == S.gemv_fits(c, 4096, 8192, 1)
+    t = S.TritonConfig(32, 256, 1, 4, 3, "ticket")
+    want = "triton is not installed" if S.triton is None else S.tri_fits(t, 65536, 32768, 1, False)
+    assert S.config_fits(t, 65536, 32768, 1) == want and want        # N*K >= 2**31 does not fit
+    with pytest.raises(ValueError, match="does not fit layer"):
+        S.Layer.set_config(type("L", (), {"N": 4096, "K": 8192, "dual": False, "name": "t"})(), 1, z)
+
+
 def test_cluster_split_needs_2_to_16_ctas_and_its_buffer_counts_as_shared_memory():
     c = S.GemvConfig(8, 8, 4, 2, 3, 1, 1, 1)
     assert S.gemv_fits(c, 256, 8192, 1) is None

@@ -37,8 +37,7 @@ def main(argv=None):
             for L in Ls:
                 L.set_config(m, base._replace(**{args.field: v}))
 
-        fits = {S.GemvConfig: S.gemv_fits, S.GemvzConfig: S.gemvz_fits}.get(type(base))
-        why = {v: fits(base._replace(**{args.field: v}), Ls[0].N, Ls[0].K, m) if fits else None for v in values}
+        why = {v: S.config_fits(base._replace(**{args.field: v}), Ls[0].N, Ls[0].K, m, Ls[0].dual) for v in values}
         ok = [v for v in values if why[v] is None]
         for v in values:
             if why[v]:
