@@ -165,8 +165,10 @@ KERNEL_SRC = r"""
 // defines: ld_stream, ld_x, mma16816, prmt, lop3_or_and, pdl_trigger, pdl_wait, decz, prefetch_l2,
 //          load_wbatch, load_zbatch, sum_warps, mma_zgroup, splitk_combine, store_tile, gemv_kernel, gemvz_kernel,
 //          unpackz_kernel, launch_pdl, gemv_dispatch, gemvz_dispatch, gemv_attrs, gemvz_attrs, unpackz_launch
+#include <cuda.h>  // CUtensorMap (gemvt_kernel's TMA descriptors; the driver entry point is fetched at run time)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>
 #include <stdint.h>
 
 #include <mutex>
@@ -938,6 +940,192 @@ __global__ void unpackz_kernel(const uint4* __restrict__ w, uint16_t* __restrict
   }
 }
 
+// ---- gemvt_kernel: PIPE 6 of the plain path, TMA + warpgroup MMA over the natural [N, K] weight ------------
+// Contract: x bf16 [M, K] and w bf16 [N, K], both row-major and natural (no repack: the weight is the caller's
+// tensor), each reached through a 2-D TMA descriptor (box 64 k x rows, 128-byte swizzle; x's rows past M read as
+// zeros); out bf16 [M, N]; ws / sem as gemv_kernel. Requires N % (16 NW) == 0, K % (64 KA S) == 0, NW % 4 == 0.
+//
+//   grid (N / (16 NW), S): CTA (rg, sidx) = rows 16 NW rg .. +16 NW x K slice sidx (K / S wide)
+//   warps 0..NW-1 (NW / 4 warpgroups) consume; warp NW produces (its lane 0 issues every copy)
+//   ring of ST stages in dynamic shared memory; stage = KA atoms of 64 k: W [16 NW rows x 128 B] then x [8 NB
+//     tokens x 128 B] per atom, both as TMA lays them (128-byte swizzle, 8-row atoms 1024 B apart)
+//   full[s]: the producer's expect_tx of the stage's bytes, completed by the copies; empty[s]: one arrival per
+//     consumer warp once its wgmma on the stage are done
+//   per stage and warpgroup: 4 KA wgmma.m64n(8NB)k16, A = its 64 weight rows, B = the tokens, both from shared
+//     memory; warp w's D fragment = rows 16w..16w+15 as mma16816's C fragments side by side (r = w below)
+//   end: D -> red (the ring's memory) -> split-K combine (gemv_kernel's) -> store
+// PDL: only weights before griddepcontrol.wait: the producer fills the W part of the first min(ST, steps) stages,
+// waits, then copies their x; the consumers wait before the epilogue (out, ws, sem).
+// Why: at m = 16 / 32 the register kernels are held by x's trips through L1 (ncu 2026-12-01: L1TEX 80% of peak,
+// DRAM 43%); here x reaches the tensor cores from shared memory, one TMA copy per stage, and the bytes in flight
+// (ST stages) cost no registers.
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(unsigned long long* b, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+}
+// One arrival that also raises the phase's expected transaction count by `bytes` (the copies count them down).
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* b, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long* b) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
+}
+// Wait until the phase with this parity has completed (acquire, CTA scope).
+__device__ __forceinline__ void mbar_wait(unsigned long long* b, uint32_t parity) {
+  const uint32_t a = smem_u32(b);
+  uint32_t done;
+  do {
+    asm volatile("{\n .reg .pred q;\n mbarrier.try_wait.parity.shared::cta.b64 q, [%1], %2;\n selp.u32 %0, 1, 0, q;\n}"
+                 : "=r"(done) : "r"(a), "r"(parity) : "memory");
+  } while (!done);
+}
+// TMA: the box at (c0 = k, c1 = row) of map into shared memory at dst; its bytes complete_tx on bar.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, unsigned long long* bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+               ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+// Keep the compiler from moving accumulator reads or writes across the asynchronous mma.
+template <int N>
+__device__ __forceinline__ void wg_pin(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+// Shared memory matrix descriptor: K-major, 128-byte swizzle, 8-row atoms 1024 B apart (SBO), LBO unused (1).
+// The k16 step j of an atom starts 32 j bytes in (the swizzle is applied to the address bits).
+__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {
+  return (uint64_t)((saddr >> 4) & 0x3FFFu) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+// D[64 rows x 8 NB tokens] += A[64 x 16] . B[16 x 8 NB], both from shared memory (da, db).
+template <int NB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[NB * 4], uint64_t da, uint64_t db) {
+  if constexpr (NB == 4) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(da), "l"(db), "r"(1));
+  } else if constexpr (NB == 2) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(da), "l"(db), "r"(1));
+  } else {
+    static_assert(NB == 1, "NB is 1, 2 or 4");
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(da), "l"(db), "r"(1));
+  }
+}
+
+// Dynamic shared memory of one gemvt CTA: 1 KB of alignment slack, the ring, and with cl the leader's cbuf.
+__host__ __device__ constexpr size_t gemvt_smem(int NW, int ST, int NB, int KA, int S, int cl) {
+  return 1024 + (size_t)ST * KA * (16 * NW + 8 * NB) * 128 + (cl ? (size_t)(S - 1) * NW * NB * 32 * 16 : 0);
+}
+
+template <int NW, int ST, int NB, int KA>
+__global__ void __launch_bounds__(NW * 32 + 32, 1)
+gemvt_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx, bf16* __restrict__ out,
+             float4* __restrict__ ws, int* __restrict__ sem, int M, int N, int K, int S, int cl) {
+  static_assert(NW % 4 == 0 && NW >= 4 && NW <= 16, "NW: whole warpgroups");
+  constexpr uint32_t WB = 16 * NW * 128, XB = 8 * NB * 128, STAGE = KA * (WB + XB);
+  constexpr int R = NW, P = R * NB * 32, NT = NW * 32, J = NB;  // warp w's D = row block r = w
+  static_assert(P == J * NT, "one position per consumer thread and token block");
+  extern __shared__ uint8_t dsm[];
+  __shared__ __align__(8) unsigned long long full[ST], empty[ST];
+  const uint32_t dbase = smem_u32(dsm), base = (dbase + 1023u) & ~1023u;
+  uint8_t* ring = dsm + (base - dbase);
+  float4* cbuf = reinterpret_cast<float4*>(ring + (size_t)ST * STAGE);  // cl: [S - 1][P], after the ring
+  MuseTrace tr_{};
+  pdl_trigger();
+  cluster_start<P>(cl, S);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int rg = blockIdx.x, sidx = blockIdx.y;
+  const int steps = K / (64 * KA) / S, atom0 = sidx * steps * KA;
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < ST; s++) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], NW);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the async proxy (TMA)
+  }
+  __syncthreads();
+
+  float acc[NB * 4];
+#pragma unroll
+  for (int i = 0; i < NB * 4; i++) acc[i] = 0.f;
+  if (warp == NW) {
+    if (lane == 0) {
+      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tw)) : "memory");
+      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tx)) : "memory");
+      const int pre = steps < ST ? steps : ST;
+      for (int i = 0; i < pre; i++) {
+        mbar_expect_tx(&full[i], STAGE);
+#pragma unroll
+        for (int a = 0; a < KA; a++) tma_load_2d(base + i * STAGE + a * WB, &tw, (atom0 + i * KA + a) * 64, rg * 16 * NW, &full[i]);
+      }
+      pdl_wait();
+      for (int i = 0; i < pre; i++)
+#pragma unroll
+        for (int a = 0; a < KA; a++)
+          tma_load_2d(base + i * STAGE + KA * WB + a * XB, &tx, (atom0 + i * KA + a) * 64, 0, &full[i]);
+      for (int i = ST; i < steps; i++) {
+        const int s = i % ST;
+        mbar_wait(&empty[s], ((i / ST) - 1) & 1);  // every consumer warp is done with the stage's last use
+        const uint32_t sb = base + s * STAGE;
+        mbar_expect_tx(&full[s], STAGE);
+#pragma unroll
+        for (int a = 0; a < KA; a++) {
+          tma_load_2d(sb + a * WB, &tw, (atom0 + i * KA + a) * 64, rg * 16 * NW, &full[s]);
+          tma_load_2d(sb + KA * WB + a * XB, &tx, (atom0 + i * KA + a) * 64, 0, &full[s]);
+        }
+      }
+    }
+  } else {
+    const uint32_t wgoff = (uint32_t)(warp >> 2) * 64 * 128;  // this warpgroup's 64 rows of the W tile
+    for (int i = 0; i < steps; i++) {
+      const int s = i % ST;
+      mbar_wait(&full[s], (i / ST) & 1);
+      const uint32_t sb = base + s * STAGE;
+      wg_pin(acc);
+      wg_fence();
+#pragma unroll
+      for (int a = 0; a < KA; a++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+          wgmma_ss<NB>(acc, wg_desc(sb + a * WB + wgoff + 32 * j), wg_desc(sb + KA * WB + a * XB + 32 * j));
+      wg_commit();
+      wg_wait0();
+      wg_pin(acc);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[s]);
+    }
+  }
+  pdl_wait();        // out, ws and sem may belong to the previous kernel until here
+  __syncthreads();   // every stage consumed: the ring's memory is free
+  float4* red = reinterpret_cast<float4*>(ring);
+  if (warp < NW) {
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+      red[(warp * NB + nb) * 32 + lane] = make_float4(acc[4 * nb], acc[4 * nb + 1], acc[4 * nb + 2], acc[4 * nb + 3]);
+  }
+  __syncthreads();
+  float4 res[J];
+#pragma unroll
+  for (int j = 0; j < J; j++) res[j] = tid < NT ? red[tid + j * NT] : make_float4(0.f, 0.f, 0.f, 0.f);
+  combine_store<false, true, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
+}
+
 // ---- launch --------------------------------------------------------------------------------------
 // Clusters above 8 CTAs are non-portable on sm_90: the kernel must opt in before such a launch. Done once per
 // kernel and remembered (a host-side call: nothing for a graph to capture; kernel_fn's first eager call makes it).
@@ -1001,6 +1189,84 @@ static int func_attrs(const void* f, int* res) {
   return 0;
 }
 
+// ---- gemvt (PIPE 6): TMA descriptors and launch ------------------------------------------------------
+// cuTensorMapEncodeTiled is a driver function: fetched once through the runtime (no -lcuda needed).
+static PFN_cuTensorMapEncodeTiled_v12000 tmap_encoder() {
+  static std::once_flag once;
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  std::call_once(once, [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
+    else
+      (void)cudaGetLastError();
+  });
+  return fn;
+}
+
+// bf16 [rows, K] row-major at p: boxes of 64 k x box_rows rows, 128-byte swizzle; rows past the end read as zeros.
+// A host-side encode (no GPU work): each launch passes its descriptors by value, so a captured graph keeps them.
+static int make_tmap(CUtensorMap* m, const void* p, int rows, int K, int box_rows) {
+  const PFN_cuTensorMapEncodeTiled_v12000 enc = tmap_encoder();
+  if (!enc) return (int)cudaErrorNotSupported;
+  const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows};
+  const cuuint64_t strides[1] = {(cuuint64_t)K * 2};
+  const cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
+  const cuuint32_t estr[2] = {1, 1};
+  const CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p), dims, strides, box, estr,
+                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? 0 : (int)cudaErrorInvalidValue;
+}
+
+// A ring above 48 KB needs the kernel's opt-in to the dynamic shared memory it asks for: set once per kernel to the
+// most the SM allows beside its static shared memory (227 KB per CTA in all), remembered.
+static int allow_large_smem(const void* f) {
+  static std::mutex mu;
+  static std::vector<const void*> done;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const void* d : done)
+    if (d == f) return 0;
+  cudaFuncAttributes a;
+  cudaError_t e = cudaFuncGetAttributes(&a, f);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024 - (int)a.sharedSizeBytes);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return (int)e;
+  }
+  done.push_back(f);
+  return 0;
+}
+
+// One C3 line: PIPE 0..5 launch gemv_kernel; PIPE 6 gemvt_kernel<NW, ST = U, NB, KA = R> over the natural weight w.
+template <int NW, int U, int NB, int R, bool D, int P>
+static int launch_gemv(const void* x, const void* w, const void* w2, void* out, void* ws, void* sem, int M, int N,
+                       int K, int S, int pf, int cl, int co, bool pdl, cudaStream_t st) {
+  if constexpr (P == 6) {
+    static_assert(!D && NW % 4 == 0, "PIPE 6: bf16 weights, whole warpgroups");
+    const void* f = (const void*)gemvt_kernel<NW, U, NB, R>;
+    int e = allow_large_smem(f);
+    if (e) return e;
+    CUtensorMap tw, tx;
+    if ((e = make_tmap(&tw, w, N, K, 16 * NW)) || (e = make_tmap(&tx, x, M, K, 8 * NB))) return e;
+    return launch_pdl(gemvt_kernel<NW, U, NB, R>, dim3(N / (16 * NW), S), dim3(NW * 32 + 32), st, pdl, cl ? S : 1,
+                      gemvt_smem(NW, U, NB, R, S, cl), co, tw, tx, (bf16*)out, (float4*)ws, (int*)sem, M, N, K, S, cl);
+  } else {
+    return launch_pdl(gemv_kernel<NW, U, NB, R, D, P>, dim3(N / (16 * R), S), dim3(NW * 32), st, pdl, cl ? S : 1,
+                      cl ? (size_t)(S - 1) * R * NB * 32 * 16 : 0, co, (const bf16*)x, (const uint4*)w,
+                      (const uint4*)w2, out, (float4*)ws, (int*)sem, M, N, K, S, pf, cl);
+  }
+}
+
+template <int NW, int U, int NB, int R, bool D, int P>
+static const void* gemv_func() {
+  if constexpr (P == 6) return (const void*)gemvt_kernel<NW, U, NB, R>;
+  else return (const void*)gemv_kernel<NW, U, NB, R, D, P>;
+}
+
 // ---- BEGIN GENERATED by build.py from tables/ctable.json + DEFAULT_GEMV: edit the table, not this ----
 // C3(NW, U, NB, R, DUAL, PIPE): one compiled gemv_kernel
 #define GEMV_CONFIGS(C3) \
@@ -1056,11 +1322,9 @@ static int func_attrs(const void* f, int* res) {
 // dynamic shared memory); cl = 0: global workspace and ticket (splitk_combine).
 int gemv_dispatch(const void* x, const void* w, const void* w2, void* out, void* ws, void* sem, int M, int N, int K,
                   int S, int NW, int U, int NB, int R, bool dual, int P, int pf, int cl, int co, bool pdl, cudaStream_t st) {
-#define LAUNCH_C3(NW_, U_, NB_, R_, D_, P_)                                                                    \
-  if (NW == NW_ && U == U_ && NB == NB_ && R == R_ && dual == D_ && P == P_)                                     \
-    return launch_pdl(gemv_kernel<NW_, U_, NB_, R_, D_, P_>, dim3(N / (16 * R_), S), dim3(NW_ * 32), st, pdl,      \
-                      cl ? S : 1, cl ? (size_t)(S - 1) * R_ * NB_ * 32 * 16 : 0, co, (const bf16*)x, (const uint4*)w, \
-                      (const uint4*)w2, out, (float4*)ws, (int*)sem, M, N, K, S, pf, cl);
+#define LAUNCH_C3(NW_, U_, NB_, R_, D_, P_)                                                    \
+  if (NW == NW_ && U == U_ && NB == NB_ && R == R_ && dual == D_ && P == P_)                     \
+    return launch_gemv<NW_, U_, NB_, R_, D_, P_>(x, w, w2, out, ws, sem, M, N, K, S, pf, cl, co, pdl, st);
   GEMV_CONFIGS(LAUNCH_C3)
 #undef LAUNCH_C3
   return -1;
@@ -1084,7 +1348,7 @@ int gemvz_dispatch(const void* x, const void* w, const void* eptr, const void* e
 int gemv_attrs(int NW, int U, int NB, int R, bool dual, int P, int* res) {
 #define ATTRS_C3(NW_, U_, NB_, R_, D_, P_)                                  \
   if (NW == NW_ && U == U_ && NB == NB_ && R == R_ && dual == D_ && P == P_) \
-    return func_attrs((const void*)gemv_kernel<NW_, U_, NB_, R_, D_, P_>, res);
+    return func_attrs(gemv_func<NW_, U_, NB_, R_, D_, P_>(), res);
   GEMV_CONFIGS(ATTRS_C3)
 #undef ATTRS_C3
   return -1;
@@ -1186,7 +1450,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 }
 """
 
-NVCC_FLAGS = ["-O3", "-std=c++17", "-gencode=arch=compute_90,code=sm_90"]
+# sm_90a: the wgmma instructions of gemvt_kernel (PIPE 6) exist only on the arch-specific target (an H100 / H200
+# build: a plain sm_90 binary would refuse them).
+NVCC_FLAGS = ["-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a"]
 
 
 # ===================================================================================================
@@ -1691,9 +1957,32 @@ def _split_fits(cfg, smem):
     return None
 
 
-def gemv_fits(cfg, N, K, m):
+TMA_SMEM_LIMIT = 227 * 1024   # PIPE 6: static + dynamic shared memory of one CTA (the opt-in maximum on sm_90)
+
+
+def gemvt_smem(nw, st, nb, ka, s=1, cl=0):
+    """PIPE 6's dynamic shared memory (gemvt_smem in the CUDA): 1 KB alignment slack, the ring of st stages of ka
+    64-k atoms (16 nw weight rows + 8 nb tokens, 128 B each), and with cl the leader's cbuf."""
+    return 1024 + st * ka * (16 * nw + 8 * nb) * 128 + ((s - 1) * nw * nb * 32 * 16 if cl else 0)
+
+
+def gemv_fits(cfg, N, K, m, dual=False):
     """Why a plain config cannot run this shape, or None if it can."""
     nb, KB = nb_of(m), K // 32
+    if cfg.pipe == 6:   # gemvt_kernel: nw consumer warps (16 nw rows a CTA), u stages, r 64-k atoms a stage
+        if dual:
+            return "PIPE 6 (TMA + wgmma) takes bf16 weights only, not the DUAL router"
+        if cfg.nw % 4 or not 4 <= cfg.nw <= 16 or cfg.u < 1 or cfg.r < 1:
+            return f"PIPE 6 needs NW in 4, 8, 12, 16 (whole warpgroups) and U (stages), R (atoms) >= 1: {cfg}"
+        if N % (16 * cfg.nw) or K % (64 * cfg.r * cfg.s):
+            return (f"PIPE 6: N={N} not a multiple of 16*NW={16 * cfg.nw}, or K={K} not a multiple of "
+                    f"64*R*S={64 * cfg.r * cfg.s}")
+        if cfg.pf:
+            return "PIPE 6 has no L2 prefetch field (pf must be 0): its ring is the prefetch"
+        smem = gemvt_smem(cfg.nw, cfg.u, nb, cfg.r, cfg.s, cfg.cl) + 16 * cfg.u + 16
+        if smem > TMA_SMEM_LIMIT:
+            return f"PIPE 6: shared memory {smem} B > {TMA_SMEM_LIMIT}"
+        return _split_fits(cfg, 0)
     if N % (16 * cfg.r) or K % 32:
         return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 32"
     if KB % (cfg.s * cfg.nw * cfg.u):
@@ -1716,7 +2005,9 @@ def config_fits(cfg, N, K, m, dual=False):
     fits check of its path (Layer.set_config, tune.py and tools/sweep_field.py all ask this one)."""
     if isinstance(cfg, TritonConfig):
         return "triton is not installed" if triton is None else tri_fits(cfg, N, K, m, dual)
-    return (gemvz_fits if isinstance(cfg, GemvzConfig) else gemv_fits)(cfg, N, K, m)
+    if isinstance(cfg, GemvzConfig):
+        return gemvz_fits(cfg, N, K, m)
+    return gemv_fits(cfg, N, K, m, dual)
 
 
 def default_config(N, K, m, compressed):
@@ -1805,7 +2096,7 @@ def plan_for(name, N, K, m, dual, compressible, force=None, ctable=None, ztable=
             if can_z and not gemvz_fits(ztable[key], N, K, m):
                 return PlanEntry("compressed", ztable[key], f"ZTABLE{key}")
             note = f"; ZTABLE{key} unused: {compressible if not can_z else gemvz_fits(ztable[key], N, K, m)}"
-        if key in ctable and force != "compressed" and not gemv_fits(ctable[key], N, K, m):
+        if key in ctable and force != "compressed" and not gemv_fits(ctable[key], N, K, m, dual):
             return PlanEntry("plain", ctable[key], f"CTABLE{key}{note}")
     if can_z and force != "plain" and (force == "compressed" or ref is None):
         cfg = default_config(N, K, m, compressed=True)
@@ -1878,7 +2169,7 @@ class Layer:
         path = "compressed" if isinstance(cfg, GemvzConfig) else "plain"
         if path == "compressed" and self.z is None:
             raise ValueError(f"layer '{self.name}' has no compressed weights ({self.z_note})")
-        if path == "plain" and self.w is None:
+        if path == "plain" and cfg.pipe != 6 and self.w is None:
             self._pack_plain()
         self.plans[m] = PlanEntry(path, cfg, "set_config")
         self._alloc_workspace()
@@ -2013,8 +2304,8 @@ def prepare(name, weight, *, path=None, pdl=None, ctable=None, ztable=None, ttab
         L.z_note = "not used: the tables send every m to the plain or Triton path"
     L.plans = [None] + [plan_for(name, N, K, m, L.dual, compressible, path, ctable, ztable, ttable, tpick)
                         for m in range(1, MAX_M + 1)]
-    if any(p.path == "plain" for p in L.plans[1:]):
-        L._pack_plain()
+    if any(p.path == "plain" and p.config.pipe != 6 for p in L.plans[1:]):
+        L._pack_plain()                            # PIPE 6 reads the caller's weight itself (natural layout)
     if any(p.path == "triton" for p in L.plans[1:]):
         L._pack_triton()
     L._alloc_workspace()
@@ -2110,7 +2401,8 @@ def kernel_fn(x, layer, out=None):
         return _tri_launch(x, layer.tw, layer.tw2, out, layer.tws if c.mode == "ticket" else layer.twa, layer.tsem,
                            c, layer.dual, layer.pdl)
     if p.path == "plain":
-        _EXT.gemv(x, layer.w, layer.w2, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.u, c.r, nb_of(m),
+        w = layer.weight if c.pipe == 6 else layer.w       # PIPE 6 (TMA) reads the natural [N, K] weight
+        _EXT.gemv(x, w, layer.w2 if layer.w2 is not None else w, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.u, c.r, nb_of(m),
                   layer.dual, c.pipe, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
     else:
         z = layer.z

@@ -42,6 +42,11 @@ US = (1, 2, 4)
 UGS = (1, 2, 4)
 RS = (1, 2, 4)
 PIPES = (0, 1, 2, 3, 4, 5)
+# PIPE 6 (gemvt_kernel: TMA ring + wgmma, bf16 weights only): NW consumer warps, U = stages of the ring, R = 64-k
+# atoms a stage; S only where the grid has 0.5 to 4 CTAs per SM (a CTA holds up to 227 KB of ring).
+TMA_NWS = (4, 8)
+TMA_STS = (4, 8, 12)
+TMA_KAS = (1, 2)
 # L2 prefetch of the warp's slice (pf = 1): not in the screen, tried on the finalists (it won only router shapes,
 # whose slice is one batch). --pf / --pf-final override.
 PFS = (0,)
@@ -55,7 +60,7 @@ RENAMED = ("gemv_dispatch", "gemvz_dispatch", "gemv_attrs", "gemvz_attrs", "unpa
 
 
 # ---- the candidate extension -----------------------------------------------------------------------
-def instances(nbs, duals, paths=("plain", "compressed"), nws=NWS):
+def instances(nbs, duals, paths=("plain", "compressed"), nws=NWS, tma=True):
     """(kind, template args) of every candidate of the paths, minus those whose shared memory does not fit and
     the obviously register-starved ones (the compiler's spill report prunes the rest at run time). The router
     (DUAL) is always plain."""
@@ -81,6 +86,13 @@ def instances(nbs, duals, paths=("plain", "compressed"), nws=NWS):
                         regs = frags + (8 * ug * nb * xbufs if pipelined else 8 * nb) + 4 * r * nb + 16
                         if regs <= 200 and sub.smem_bytes(nw, nb, r, True) <= sub.SMEM_LIMIT:
                             out.append(("gemvz", (nw, ug, nb, r, pipe)))
+    if "plain" in paths and False in duals and tma:
+        for nw in TMA_NWS:
+            for nb in nbs:
+                for st in TMA_STS:
+                    for ka in TMA_KAS:
+                        if sub.gemvt_smem(nw, st, nb, ka) <= sub.TMA_SMEM_LIMIT:
+                            out.append(("gemv", (nw, st, nb, ka, False, 6)))
     return out
 
 
@@ -173,11 +185,30 @@ def s_options(kblocks, per_cta, row_groups):
     return out
 
 
-def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS):
+def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
     """Every compiled config that fits the shape and does not spill, with every S and pf in pfs; for S > 1 the
-    cluster reduction (cl = 2), or the ticket (cl = 0) where the cluster's shared memory does not fit."""
+    cluster reduction (cl = 2), or the ticket (cl = 0) where the cluster's shared memory does not fit. Plus (plain,
+    bf16) the compiled PIPE 6 configs at the S that give 0.5 to 4 CTAs per SM."""
     nb = sub.nb_of(m)
     out, spilled = [], 0
+    if tma and not compressed and not dual:
+        for nw in TMA_NWS:
+            for st in TMA_STS:
+                for ka in TMA_KAS:
+                    a = ext.gemv_attrs(nw, st, nb, ka, False, 6)
+                    if not a:
+                        continue
+                    if a[1] > 0:
+                        spilled += 1
+                        continue
+                    for s in s_options(K // 64, ka, N // (16 * nw)):
+                        if not 66 <= N // (16 * nw) * s <= 528:
+                            continue
+                        for cl in ((2, 0) if s > 1 else (0,)):
+                            c = sub.GemvConfig(nw, s, st, ka, 6, 0, 1, cl)
+                            if not sub.config_fits(c, N, K, m):
+                                out.append(c)
+                                break
     for nw in nws:
         for u in (UGS if compressed else US):
             for r in RS:
@@ -284,6 +315,7 @@ def main(argv=None):
     ap.add_argument("--nw", default=",".join(map(str, NWS)), help="warps per CTA to try")
     ap.add_argument("--budget-s", type=float, default=540, help="stop (tables saved) before this many seconds")
     ap.add_argument("--backend", choices=("cuda", "triton"), default="cuda")
+    ap.add_argument("--no-tma", action="store_true", help="leave PIPE 6 (TMA + wgmma, gemvt_kernel) out")
     ap.add_argument("--paths", default="plain,compressed", help="CUDA paths to tune: plain, compressed or both")
     ap.add_argument("--pf", default=",".join(map(str, PFS)), help="L2 prefetch values to screen (0, 1)")
     ap.add_argument("--pf-final", default=",".join(map(str, FINAL_PFS)), help="L2 prefetch values for the finalists")
@@ -313,7 +345,7 @@ def main(argv=None):
     t_start = time.time()
     duals = sorted({judge.LAYERS[l]["dtype"] == "fp32" for l in layers})
     nbs = sorted({sub.nb_of(m) for m in ms})
-    ext = build_tune_ext(instances(nbs, duals, paths, nws))
+    ext = build_tune_ext(instances(nbs, duals, paths, nws, not args.no_tma))
     if args.build_only:
         return 0
     sub._EXT = ext
@@ -342,7 +374,7 @@ def main(argv=None):
             t0 = time.time()
             line = ""
             if "plain" in paths or dual:
-                cp, sp = candidates(ext, N, K, m, dual, False, pfs, nws)
+                cp, sp = candidates(ext, N, K, m, dual, False, pfs, nws, not args.no_tma)
                 rp = verified(Ls, m, x, tune_shape(Ls, m, x, cp, args.screen, args.full, args.keep, log, fpfs, fcos), log)
                 crow[(name, m)] = row_of(name, m, rp, dev, date)
                 line = (f"plain {rp[0][1]} {rp[0][0]:.2f} us (next {rp[1][0]:.2f}; {len(cp)} cands, {sp} spilled; "

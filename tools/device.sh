@@ -2,9 +2,10 @@
 # One device call: build (cold + warm import time), GPU tests, judge, tuning. Logs go to $OUT/run/ and leave
 # as one archive, $OUT/run.tgz (the device tool returns at most 8 files).
 # usage: tools/device.sh [stages...]   stages: build tests judge judgefull judgetriton tune tunetriton rebuild
-#        excost sanitize racemin ncu sweep trace ab sass probe prebuild (default: build tests judge); TUNE_ARGS, TTUNE_ARGS,
+#        excost sanitize racemin ncu sweep trace ab sass probe prebuild pytest (default: build tests judge); TUNE_ARGS, TTUNE_ARGS,
 #        NCU_CASES, NCU_METRICS (extra, comma-separated), SWEEP_ARGS, TRACE_CASES (may start with --define NAME), AB_VARIANTS (space-separated, '-' = shipped),
-#        AB_CASES, AB_ARGS (e.g. --no-check), PROBE_ARGS and BUDGET (seconds) from the env. prebuild: the shipped, AB, traced (TRACE_CASES set), tune
+#        AB_CASES, AB_ARGS (e.g. --no-check), PROBE_ARGS, PYTEST_ARGS (default tests/test_tma.py), PYTEST_S and BUDGET
+#        (seconds) from the env; a failing pytest stage skips the stages after it. prebuild: the shipped, AB, traced (TRACE_CASES set), tune
 #        (TUNE_ARGS set) and probe (probe stage asked) extensions compiled in parallel
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -15,7 +16,12 @@ left() { echo $(( ${BUDGET:-570} - ($(date +%s) - T0) )); }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$R/build.log" 2>&1
 for st in $stages; do
   echo "=== $st ($(left) s left)"
+  if [ -n "${gate_failed:-}" ]; then echo "skipped: the pytest stage failed (a broken kernel may hang the rest)"; continue; fi
   case $st in
+    pytest)
+      timeout ${PYTEST_S:-200} python3 -m pytest -q --maxfail=5 --durations=5 ${PYTEST_ARGS:-tests/test_tma.py} \
+        2>&1 | tee "$R/pytest_extra.log" | tail -25
+      [ "${PIPESTATUS[0]}" = 0 ] || gate_failed=1 ;;
     build)
       { /usr/bin/time -f "cold import %e s" python3 -c "import submission"; \
         /usr/bin/time -f "warm import %e s" python3 -c "import submission"; } 2>&1 | tee -a "$R/build.log" | tail -4 ;;
