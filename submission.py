@@ -941,8 +941,8 @@ __global__ void unpackz_kernel(const uint4* __restrict__ w, uint16_t* __restrict
 }
 
 // ---- gemvt_kernel: PIPE 6 of the plain path, TMA + warpgroup MMA over the natural [N, K] weight ------------
-// Contract: x bf16 [M, K] and w bf16 [N, K], both row-major and natural (no repack: the weight is the caller's
-// tensor), each reached through a 2-D TMA descriptor (box 64 k x rows, 128-byte swizzle; x's rows past M read as
+// Contract: x bf16 [M, K] and w bf16 [N, K], both row-major and natural (no repack: the layer's own copy of the
+// weight, Layer._natural), each reached through a 2-D TMA descriptor (box 64 k x rows, 128-byte swizzle; x's rows past M read as
 // zeros); out bf16 [M, N]; ws / sem as gemv_kernel. Requires N % (16 NW) == 0, K % (64 KA S) == 0, NW % 4 == 0.
 //
 //   grid (N / (16 NW), S): CTA (rg, sidx) = rows 16 NW rg .. +16 NW x K slice sidx (K / S wide)
@@ -2134,6 +2134,7 @@ class Layer:
         self.z = None                              # compressed: ZPack
         self.z_note = "not tried"
         self.ws = self.sem = None
+        self.wn = None                             # PIPE 6 and Triton (bf16): the layer's own copy, [N, K] order
         self.tw = self.tw2 = None                  # Triton: weight (router: hi) and lo in [N, K] order
         self.tws = self.twa = self.tsem = None     # Triton: ticket partials, atomic buffer, tickets
 
@@ -2171,6 +2172,8 @@ class Layer:
             raise ValueError(f"layer '{self.name}' has no compressed weights ({self.z_note})")
         if path == "plain" and cfg.pipe != 6 and self.w is None:
             self._pack_plain()
+        if path == "plain" and cfg.pipe == 6:
+            self._natural()
         self.plans[m] = PlanEntry(path, cfg, "set_config")
         self._alloc_workspace()
 
@@ -2183,9 +2186,17 @@ class Layer:
             self.w = pack_plain(self.weight)
             self.w2 = self.w
 
+    def _natural(self):
+        """The weight in its natural [N, K] order, in memory of the layer's own: a kernel must not read the caller's
+        tensor, or P layers prepared from one weight would share its bytes in L2 (SPEC's timing assumes each copy
+        streams its own; measured 2026-12-01: PIPE 6 on a shared o_proj weight ran 6.15 us, under the 7.0 us floor)."""
+        if self.wn is None:
+            self.wn = self.weight.clone()
+        return self.wn
+
     def _pack_triton(self):
         if self.tw is None:
-            self.tw, self.tw2 = split_hi_lo(self.weight) if self.dual else (self.weight, None)
+            self.tw, self.tw2 = split_hi_lo(self.weight) if self.dual else (self._natural(), None)
 
     def _alloc_workspace(self):
         need = 1
@@ -2305,7 +2316,9 @@ def prepare(name, weight, *, path=None, pdl=None, ctable=None, ztable=None, ttab
     L.plans = [None] + [plan_for(name, N, K, m, L.dual, compressible, path, ctable, ztable, ttable, tpick)
                         for m in range(1, MAX_M + 1)]
     if any(p.path == "plain" and p.config.pipe != 6 for p in L.plans[1:]):
-        L._pack_plain()                            # PIPE 6 reads the caller's weight itself (natural layout)
+        L._pack_plain()
+    if any(p.path == "plain" and p.config.pipe == 6 for p in L.plans[1:]):
+        L._natural()                               # PIPE 6 reads the natural layout (a copy of its own)
     if any(p.path == "triton" for p in L.plans[1:]):
         L._pack_triton()
     L._alloc_workspace()
@@ -2401,7 +2414,7 @@ def kernel_fn(x, layer, out=None):
         return _tri_launch(x, layer.tw, layer.tw2, out, layer.tws if c.mode == "ticket" else layer.twa, layer.tsem,
                            c, layer.dual, layer.pdl)
     if p.path == "plain":
-        w = layer.weight if c.pipe == 6 else layer.w       # PIPE 6 (TMA) reads the natural [N, K] weight
+        w = layer.wn if c.pipe == 6 else layer.w           # PIPE 6 (TMA) reads the natural [N, K] weight
         _EXT.gemv(x, w, layer.w2 if layer.w2 is not None else w, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.u, c.r, nb_of(m),
                   layer.dual, c.pipe, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
     else:
