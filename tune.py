@@ -260,11 +260,11 @@ def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=(), final_cos
     for _, c in res[:keep]:
         bases = [c] + [c._replace(pf=p) for p in final_pfs if p != c.pf]   # TritonConfig: no pf, no final_pfs
         bases += [b._replace(co=v) for b in list(bases) for v in final_cos if v != b.co]
-        L0 = Ls[0]
         for b in bases:
             for c2 in (b, b._replace(pdl=0)):
-                # a field a path does not have (PIPE 6 has no pf) is not tried
-                if c2 not in variants and not sub.config_fits(c2, L0.N, L0.K, m, L0.dual):
+                if getattr(c2, "pipe", None) == 6 and c2.pf:
+                    continue                      # PIPE 6 has no L2 prefetch field: its ring is the prefetch
+                if c2 not in variants:
                     variants.append(c2)
     fin = [(time_config(Ls, m, c2, x, full), c2) for c2 in variants]
     fin.sort(key=lambda r: r[0])
