@@ -941,14 +941,17 @@ __global__ void unpackz_kernel(const uint4* __restrict__ w, uint16_t* __restrict
 }
 
 // ---- gemvt_kernel: PIPE 6 of the plain path, TMA + warpgroup MMA over the natural [N, K] weight ------------
-// Contract: x bf16 [M, K] and w bf16 [N, K], both row-major and natural (no repack: the layer's own copy of the
-// weight, Layer._natural), each reached through a 2-D TMA descriptor (box 64 k x rows, 128-byte swizzle; x's rows past M read as
-// zeros); out bf16 [M, N]; ws / sem as gemv_kernel. Requires N % (16 NW) == 0, K % (64 KA S) == 0, NW % 4 == 0.
+// Contract: x bf16 [M, K] row-major, reached through a 2-D TMA descriptor (box 64 k x 8 NB tokens, 128-byte
+// swizzle; rows past M read as zeros); wt = pack_tma's tiles: [N/64][K/64][64 rows][64 k], each 8 KB tile already
+// in the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r & 7)), so one bulk copy of contiguous bytes
+// lands it as wgmma reads it; out bf16 [M, N]; ws / sem as gemv_kernel. Requires N % (16 NW) == 0,
+// K % (64 KA S) == 0, NW % 4 == 0.
 //
 //   grid (N / (16 NW), S): CTA (rg, sidx) = rows 16 NW rg .. +16 NW x K slice sidx (K / S wide)
 //   warps 0..NW-1 (NW / 4 warpgroups) consume; warp NW produces (its lane 0 issues every copy)
-//   ring of ST stages in dynamic shared memory; stage = KA atoms of 64 k: W [16 NW rows x 128 B] then x [8 NB
-//     tokens x 128 B] per atom, both as TMA lays them (128-byte swizzle, 8-row atoms 1024 B apart)
+//   ring of ST stages in dynamic shared memory; stage = W [NW / 4 warpgroups][KA atoms][64 rows x 128 B] (one bulk
+//     copy of KA tiles per warpgroup: contiguous in wt) then x [KA atoms][8 NB tokens x 128 B] (one TMA box per
+//     atom), both in the 128-byte swizzle (8-row groups 1024 B apart)
 //   full[s]: the producer's expect_tx of the stage's bytes, completed by the copies; empty[s]: one arrival per
 //     consumer warp once its wgmma on the stage are done
 //   per stage and warpgroup: 4 KA wgmma.m64n(8NB)k16, A = its 64 weight rows, B = the tokens, both from shared
@@ -958,7 +961,8 @@ __global__ void unpackz_kernel(const uint4* __restrict__ w, uint16_t* __restrict
 // waits, then copies their x; the consumers wait before the epilogue (out, ws, sem).
 // Why: at m = 16 / 32 the register kernels are held by x's trips through L1 (ncu 2026-12-01: L1TEX 80% of peak,
 // DRAM 43%); here x reaches the tensor cores from shared memory, one TMA copy per stage, and the bytes in flight
-// (ST stages) cost no registers.
+// (ST stages) cost no registers. Why tiles: boxes of the natural [N, K] layout read 128 B from each of 64 rows
+// 16 KB apart, and streamed at 3.7-3.8 TB/s (device call 3, 2026-12-01; NOTES.md session 9).
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 __device__ __forceinline__ void mbar_init(unsigned long long* b, uint32_t count) {
@@ -979,6 +983,18 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* b, uint32_t parity
     asm volatile("{\n .reg .pred q;\n mbarrier.try_wait.parity.shared::cta.b64 q, [%1], %2;\n selp.u32 %0, 1, 0, q;\n}"
                  : "=r"(done) : "r"(a), "r"(parity) : "memory");
   } while (!done);
+}
+// Bulk copy (TMA, no descriptor) of `bytes` contiguous bytes into shared memory at dst; they complete_tx on bar.
+// The L2 policy evict_first: weights are read once, x and the workspace stay.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, unsigned long long* bar,
+                                          uint64_t policy) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+               ::"r"(dst), "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy) : "memory");
+}
+__device__ __forceinline__ uint64_t policy_evict_first() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
 }
 // TMA: the box at (c0 = k, c1 = row) of map into shared memory at dst; its bytes complete_tx on bar.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, unsigned long long* bar) {
@@ -1034,10 +1050,11 @@ __host__ __device__ constexpr size_t gemvt_smem(int NW, int ST, int NB, int KA, 
 
 template <int NW, int ST, int NB, int KA>
 __global__ void __launch_bounds__(NW * 32 + 32, 1)
-gemvt_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUtensorMap tx, bf16* __restrict__ out,
+gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap tx, bf16* __restrict__ out,
              float4* __restrict__ ws, int* __restrict__ sem, int M, int N, int K, int S, int cl) {
   static_assert(NW % 4 == 0 && NW >= 4 && NW <= 16, "NW: whole warpgroups");
-  constexpr uint32_t WB = 16 * NW * 128, XB = 8 * NB * 128, STAGE = KA * (WB + XB);
+  constexpr uint32_t TILE = 64 * 128, WB = 16 * NW * 128, XB = 8 * NB * 128, STAGE = KA * (WB + XB);
+  constexpr int NWG = NW / 4;
   constexpr int R = NW, P = R * NB * 32, NT = NW * 32, J = NB;  // warp w's D = row block r = w
   static_assert(P == J * NT, "one position per consumer thread and token block");
   extern __shared__ uint8_t dsm[];
@@ -1066,13 +1083,19 @@ gemvt_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUt
   for (int i = 0; i < NB * 4; i++) acc[i] = 0.f;
   if (warp == NW) {
     if (lane == 0) {
-      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tw)) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tx)) : "memory");
+      const uint64_t pol = policy_evict_first();
+      const size_t KT = K / 64;
+      // warpgroup g's KA tiles of step i: contiguous in wt, to its part of the stage
+      auto load_w = [&](uint32_t sb, int i, unsigned long long* bar) {
+#pragma unroll
+        for (int g = 0; g < NWG; g++)
+          bulk_load(sb + g * KA * TILE, wt + (((size_t)rg * NWG + g) * KT + atom0 + i * KA) * TILE, KA * TILE, bar, pol);
+      };
       const int pre = steps < ST ? steps : ST;
       for (int i = 0; i < pre; i++) {
         mbar_expect_tx(&full[i], STAGE);
-#pragma unroll
-        for (int a = 0; a < KA; a++) tma_load_2d(base + i * STAGE + a * WB, &tw, (atom0 + i * KA + a) * 64, rg * 16 * NW, &full[i]);
+        load_w(base + i * STAGE, i, &full[i]);
       }
       pdl_wait();
       for (int i = 0; i < pre; i++)
@@ -1084,15 +1107,13 @@ gemvt_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUt
         mbar_wait(&empty[s], ((i / ST) - 1) & 1);  // every consumer warp is done with the stage's last use
         const uint32_t sb = base + s * STAGE;
         mbar_expect_tx(&full[s], STAGE);
+        load_w(sb, i, &full[s]);
 #pragma unroll
-        for (int a = 0; a < KA; a++) {
-          tma_load_2d(sb + a * WB, &tw, (atom0 + i * KA + a) * 64, rg * 16 * NW, &full[s]);
-          tma_load_2d(sb + KA * WB + a * XB, &tx, (atom0 + i * KA + a) * 64, 0, &full[s]);
-        }
+        for (int a = 0; a < KA; a++) tma_load_2d(sb + KA * WB + a * XB, &tx, (atom0 + i * KA + a) * 64, 0, &full[s]);
       }
     }
   } else {
-    const uint32_t wgoff = (uint32_t)(warp >> 2) * 64 * 128;  // this warpgroup's 64 rows of the W tile
+    const uint32_t wgoff = (uint32_t)(warp >> 2) * KA * TILE;  // this warpgroup's KA tiles of the stage
     for (int i = 0; i < steps; i++) {
       const int s = i % ST;
       mbar_wait(&full[s], (i / ST) & 1);
@@ -1103,7 +1124,7 @@ gemvt_kernel(const __grid_constant__ CUtensorMap tw, const __grid_constant__ CUt
       for (int a = 0; a < KA; a++)
 #pragma unroll
         for (int j = 0; j < 4; j++)
-          wgmma_ss<NB>(acc, wg_desc(sb + a * WB + wgoff + 32 * j), wg_desc(sb + KA * WB + a * XB + 32 * j));
+          wgmma_ss<NB>(acc, wg_desc(sb + wgoff + a * TILE + 32 * j), wg_desc(sb + KA * WB + a * XB + 32 * j));
       wg_commit();
       wg_wait0();
       wg_pin(acc);
@@ -1241,7 +1262,7 @@ static int allow_large_smem(const void* f) {
   return 0;
 }
 
-// One C3 line: PIPE 0..5 launch gemv_kernel; PIPE 6 gemvt_kernel<NW, ST = U, NB, KA = R> over the natural weight w.
+// One C3 line: PIPE 0..5 launch gemv_kernel; PIPE 6 gemvt_kernel<NW, ST = U, NB, KA = R> over pack_tma's tiles w.
 template <int NW, int U, int NB, int R, bool D, int P>
 static int launch_gemv(const void* x, const void* w, const void* w2, void* out, void* ws, void* sem, int M, int N,
                        int K, int S, int pf, int cl, int co, bool pdl, cudaStream_t st) {
@@ -1250,10 +1271,11 @@ static int launch_gemv(const void* x, const void* w, const void* w2, void* out, 
     const void* f = (const void*)gemvt_kernel<NW, U, NB, R>;
     int e = allow_large_smem(f);
     if (e) return e;
-    CUtensorMap tw, tx;
-    if ((e = make_tmap(&tw, w, N, K, 16 * NW)) || (e = make_tmap(&tx, x, M, K, 8 * NB))) return e;
+    CUtensorMap tx;
+    if ((e = make_tmap(&tx, x, M, K, 8 * NB))) return e;
     return launch_pdl(gemvt_kernel<NW, U, NB, R>, dim3(N / (16 * NW), S), dim3(NW * 32 + 32), st, pdl, cl ? S : 1,
-                      gemvt_smem(NW, U, NB, R, S, cl), co, tw, tx, (bf16*)out, (float4*)ws, (int*)sem, M, N, K, S, cl);
+                      gemvt_smem(NW, U, NB, R, S, cl), co, (const uint8_t*)w, tx, (bf16*)out, (float4*)ws, (int*)sem,
+                      M, N, K, S, cl);
   } else {
     return launch_pdl(gemv_kernel<NW, U, NB, R, D, P>, dim3(N / (16 * R), S), dim3(NW * 32), st, pdl, cl ? S : 1,
                       cl ? (size_t)(S - 1) * R * NB * 32 * 16 : 0, co, (const bf16*)x, (const uint4*)w,
@@ -1527,6 +1549,26 @@ def pack_plain(w):
         raise ValueError(f"pack_plain needs N % 16 == 0 and K % 32 == 0, got N={N}, K={K}")
     v = w.reshape(N // 16, 2, 8, K // 32, 4, 2, 2, 2)            # rb, h, g, kb, t, s, p, e
     return v.permute(0, 3, 5, 2, 4, 6, 1, 7).reshape(N // 16, K // 32, 64, 8).contiguous()
+
+
+def pack_tma(w):
+    """W [N, K] (bf16) as PIPE 6 (gemvt_kernel) reads it: tiles of 64 rows x 64 k, tile (rt, kt) at index
+    rt * K/64 + kt, each 8 KB in the 128-byte swizzle of its shared-memory image: row r is 128 B, and its 16-byte
+    chunk c (k 8c .. 8c + 7 of the tile) sits at chunk position c ^ (r & 7). Returns [N/64, K/64, 64, 64].
+
+        packed[rt][kt][r][8 (c ^ (r & 7)) + i] = W[64 rt + r][64 kt + 8 c + i]
+
+    A warpgroup's KA tiles of one stage are contiguous (one bulk copy); wgmma reads the tile through a descriptor
+    with the 128-byte swizzle, which undoes the XOR. Lab: labs/lab6_tma.py checks this layout against the
+    hardware's swizzle rule (the address bits 4-6 XOR bits 7-9 of a 1024-byte aligned tile)."""
+    N, K = w.shape
+    if N % 64 or K % 64:
+        raise ValueError(f"pack_tma needs N % 64 == 0 and K % 64 == 0, got N={N}, K={K}")
+    v = w.reshape(N // 64, 64, K // 64, 8, 8).permute(0, 2, 1, 3, 4)   # rt, kt, r, c, i
+    r = torch.arange(64, device=w.device)
+    pos = torch.arange(8, device=w.device)
+    src = pos[None, :] ^ (r[:, None] & 7)                               # chunk that lands at position pos of row r
+    return v[:, :, r[:, None], src, :].reshape(N // 64, K // 64, 64, 64).contiguous()
 
 
 def split_hi_lo(w32):
@@ -2134,7 +2176,8 @@ class Layer:
         self.z = None                              # compressed: ZPack
         self.z_note = "not tried"
         self.ws = self.sem = None
-        self.wn = None                             # PIPE 6 and Triton (bf16): the layer's own copy, [N, K] order
+        self.wn = None                             # Triton (bf16): the layer's own copy, [N, K] order
+        self.wt = None                             # PIPE 6: pack_tma's tiles
         self.tw = self.tw2 = None                  # Triton: weight (router: hi) and lo in [N, K] order
         self.tws = self.twa = self.tsem = None     # Triton: ticket partials, atomic buffer, tickets
 
@@ -2172,8 +2215,8 @@ class Layer:
             raise ValueError(f"layer '{self.name}' has no compressed weights ({self.z_note})")
         if path == "plain" and cfg.pipe != 6 and self.w is None:
             self._pack_plain()
-        if path == "plain" and cfg.pipe == 6:
-            self._natural()
+        if path == "plain" and cfg.pipe == 6 and self.wt is None:
+            self.wt = pack_tma(self.weight)
         self.plans[m] = PlanEntry(path, cfg, "set_config")
         self._alloc_workspace()
 
@@ -2189,7 +2232,8 @@ class Layer:
     def _natural(self):
         """The weight in its natural [N, K] order, in memory of the layer's own: a kernel must not read the caller's
         tensor, or P layers prepared from one weight would share its bytes in L2 (SPEC's timing assumes each copy
-        streams its own; measured 2026-12-01: PIPE 6 on a shared o_proj weight ran 6.15 us, under the 7.0 us floor)."""
+        streams its own; measured 2026-12-01: a kernel on a shared o_proj weight ran 6.15 us, under the 7.0 us
+        floor, and the Triton path's o_proj m=16 / 32 went 7.6 / 9.2 -> 10.8 / 11.8 us with a copy of its own)."""
         if self.wn is None:
             self.wn = self.weight.clone()
         return self.wn
@@ -2318,7 +2362,7 @@ def prepare(name, weight, *, path=None, pdl=None, ctable=None, ztable=None, ttab
     if any(p.path == "plain" and p.config.pipe != 6 for p in L.plans[1:]):
         L._pack_plain()
     if any(p.path == "plain" and p.config.pipe == 6 for p in L.plans[1:]):
-        L._natural()                               # PIPE 6 reads the natural layout (a copy of its own)
+        L.wt = pack_tma(weight)
     if any(p.path == "triton" for p in L.plans[1:]):
         L._pack_triton()
     L._alloc_workspace()
@@ -2414,7 +2458,7 @@ def kernel_fn(x, layer, out=None):
         return _tri_launch(x, layer.tw, layer.tw2, out, layer.tws if c.mode == "ticket" else layer.twa, layer.tsem,
                            c, layer.dual, layer.pdl)
     if p.path == "plain":
-        w = layer.wn if c.pipe == 6 else layer.w           # PIPE 6 (TMA) reads the natural [N, K] weight
+        w = layer.wt if c.pipe == 6 else layer.w           # PIPE 6 (TMA): pack_tma's tiles
         _EXT.gemv(x, w, layer.w2 if layer.w2 is not None else w, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.u, c.r, nb_of(m),
                   layer.dual, c.pipe, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
     else:
