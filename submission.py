@@ -945,9 +945,9 @@ __global__ void unpackz_kernel(const uint4* __restrict__ w, uint16_t* __restrict
 // swizzle; rows past M read as zeros); wt = pack_tma's tiles: [N/64][K/64][64 rows][64 k], each 8 KB tile already
 // in the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r & 7)), so one bulk copy of contiguous bytes
 // lands it as wgmma reads it; out bf16 [M, N]; ws / sem as gemv_kernel. Requires N % (16 NW) == 0,
-// K % (64 KA S) == 0, NW % 4 == 0.
+// K % (64 KA) == 0, S <= K / (64 KA), NW % 4 == 0 (S need not divide: the slices differ by at most one step).
 //
-//   grid (N / (16 NW), S): CTA (rg, sidx) = rows 16 NW rg .. +16 NW x K slice sidx (K / S wide)
+//   grid (N / (16 NW), S): CTA (rg, sidx) = rows 16 NW rg .. +16 NW x K slice sidx (about K / S wide)
 //   warps 0..NW-1 (NW / 4 warpgroups) consume; warp NW produces (its lane 0 issues every copy)
 //   ring of ST stages in dynamic shared memory; stage = W [NW / 4 warpgroups][KA atoms][64 rows x 128 B] (one bulk
 //     copy of KA tiles per warpgroup: contiguous in wt) then x [KA atoms][8 NB tokens x 128 B] (one TMA box per
@@ -1067,7 +1067,9 @@ gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap
   cluster_start<P>(cl, S);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int rg = blockIdx.x, sidx = blockIdx.y;
-  const int steps = K / (64 * KA) / S, atom0 = sidx * steps * KA;
+  // split-K in whole steps, any S <= K / (64 KA): CTA sidx takes steps [sidx T / S, (sidx + 1) T / S)
+  const int T = K / (64 * KA), s0 = (int)((long)sidx * T / S), steps = (int)((long)(sidx + 1) * T / S) - s0;
+  const int atom0 = s0 * KA;
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < ST; s++) {
@@ -2016,9 +2018,9 @@ def gemv_fits(cfg, N, K, m, dual=False):
             return "PIPE 6 (TMA + wgmma) takes bf16 weights only, not the DUAL router"
         if cfg.nw % 4 or not 4 <= cfg.nw <= 16 or cfg.u < 1 or cfg.r < 1:
             return f"PIPE 6 needs NW in 4, 8, 12, 16 (whole warpgroups) and U (stages), R (atoms) >= 1: {cfg}"
-        if N % (16 * cfg.nw) or K % (64 * cfg.r * cfg.s):
+        if N % (16 * cfg.nw) or K % (64 * cfg.r) or not 1 <= cfg.s <= K // (64 * cfg.r):
             return (f"PIPE 6: N={N} not a multiple of 16*NW={16 * cfg.nw}, or K={K} not a multiple of "
-                    f"64*R*S={64 * cfg.r * cfg.s}")
+                    f"64*R={64 * cfg.r}, or S={cfg.s} not in 1..K/(64*R) (S need not divide K)")
         if cfg.pf:
             return "PIPE 6 has no L2 prefetch field (pf must be 0): its ring is the prefetch"
         smem = gemvt_smem(cfg.nw, cfg.u, nb, cfg.r, cfg.s, cfg.cl) + 16 * cfg.u + 16

@@ -201,8 +201,13 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
                     if a[1] > 0:
                         spilled += 1
                         continue
-                    for s in s_options(K // 64, ka, N // (16 * nw)):
-                        if not 66 <= N // (16 * nw) * s <= 528:
+                    tiles = N // (16 * nw)
+                    # powers of two, and the S (need not divide K) that fill 75-100% of one wave at one or two CTAs
+                    # an SM: the ring holds up to 227 KB, so a second wave costs a whole CTA's time
+                    ss = sorted({s for s in s_options(K // 64, ka, tiles) if 66 <= tiles * s <= 528} |
+                                {s for s in range(2, 33) for w in (132, 264) if 0.75 * w <= tiles * s <= w})
+                    for s in ss:
+                        if s > K // (64 * ka):
                             continue
                         for cl in ((2, 0) if s > 1 else (0,)):
                             c = sub.GemvConfig(nw, s, st, ka, 6, 0, 1, cl)

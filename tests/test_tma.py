@@ -52,7 +52,9 @@ def configs(name, m):
             s = 1
             while d["N"] // (16 * nw) * s < 264 and not S.gemv_fits(base._replace(s=2 * s), d["N"], d["K"], m):
                 s *= 2
-            for c in (base._replace(s=s, cl=2 if s > 1 else 0), base._replace(s=s, cl=0), base):
+            s3 = 3 * s // 2 if s > 1 else 3                                  # uneven: S does not divide K / 64
+            for c in (base._replace(s=s, cl=2 if s > 1 else 0), base._replace(s=s, cl=0), base, base._replace(s=s3, cl=0),
+                      base._replace(s=s3, cl=2)):
                 if not S.gemv_fits(c, d["N"], d["K"], m) and c not in out:
                     out.append(c)
     return out
@@ -63,7 +65,8 @@ def test_pipe6_fits_rules():
     assert S.gemv_fits(c, 4096, 8192, 32) is None
     assert "DUAL" in S.gemv_fits(c, 256, 8192, 32, dual=True)
     assert "16*NW=64" in S.gemv_fits(c, 4080, 8192, 32)
-    assert "64*R*S" in S.gemv_fits(c._replace(s=3), 4096, 8192, 32)
+    assert S.gemv_fits(c._replace(s=3), 4096, 8192, 32) is None          # uneven split-K: slices differ by a step
+    assert "S=129" in S.gemv_fits(c._replace(s=129, cl=0), 4096, 8192, 32)
     assert "shared memory" in S.gemv_fits(c._replace(nw=8, u=12, r=2), 4096, 8192, 32)
 
 
