@@ -1,0 +1,203 @@
+"""Lab 6 (PIPE 6: pack_tma, the 128-byte swizzle, the x box, gemvt_kernel in miniature) runs, agrees with
+submission.pack_tma and judge.check_close, and its negative cases fail (CPU only: MUSE_BUILD=0)."""
+import os
+
+os.environ.setdefault("MUSE_BUILD", "0")   # before importing submission: no CUDA build on a CPU machine
+
+import importlib.util
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+LABS = REPO / "labs"
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(LABS))    # the lab imports labkit
+import judge  # noqa: E402
+import submission  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("lab6_tma", LABS / "lab6_tma.py")
+lab6 = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(lab6)
+
+
+def _bf16(u16):
+    """numpy uint16 bit patterns -> torch bf16 tensor with the same bits."""
+    return torch.from_numpy(np.ascontiguousarray(u16).view(np.int16).copy()).view(torch.bfloat16)
+
+
+def _u16(t):
+    return t.contiguous().view(torch.int16).numpy().view(np.uint16)
+
+
+def _bits(seed, shape):
+    return np.random.default_rng(seed).integers(0, 65536, shape).astype(np.uint16)
+
+
+def _ref(x, W):
+    return lab6.bf16_to_f32(x).astype(np.float64) @ lab6.bf16_to_f32(W).astype(np.float64).T
+
+
+def test_lab6_runs_and_prints_its_verifications():
+    p = subprocess.run([sys.executable, str(LABS / "lab6_tma.py")], cwd=REPO, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, f"lab6 exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    for line in ("verified: every tile of a 128x256 W, bulk-copied verbatim and read through wg_desc",
+                 "verified: negative: plain tiles read with the swizzle",
+                 "verified: M=17: box at k=128 of 32 rows read through the descriptor == x[:, 128:192], rows 17..31",
+                 "verified: T=16 steps, S=7: slices [2, 2, 2, 3, 2, 2, 3] cover every step once",
+                 "verified: gemvt_emulate M=17 NW=4 KA=1 S=7: within the SPEC tolerance",
+                 "verified: negative: tiles packed without the XOR fail the SPEC check",
+                 "lab6: all checks passed"):
+        assert line in p.stdout, line
+    assert "MISMATCH" not in p.stdout
+
+
+# ---- pack_tma ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("N,K", [(64, 64), (128, 256), (192, 512)])
+def test_pack_tma_matches_lab6_on_random_bits(N, K):
+    W = _bits(N + K, (N, K))
+    got = _u16(submission.pack_tma(_bf16(W)))
+    want = lab6.pack_tma_np(W)
+    assert got.shape == want.shape == (N // 64, K // 64, 64, 64)
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("N,K", [(32, 64), (96, 64), (64, 96), (64, 32), (100, 200)])
+def test_pack_tma_refuses_shapes_not_multiple_of_64(N, K):
+    W = _bits(1, (N, K))
+    with pytest.raises(ValueError, match="N % 64 == 0 and K % 64 == 0"):
+        submission.pack_tma(_bf16(W))
+    with pytest.raises(ValueError, match="N % 64 == 0 and K % 64 == 0"):
+        lab6.pack_tma_np(W)
+
+
+# ---- the swizzle and the descriptor read -------------------------------------------------------------
+def test_swizzle128_xors_chunk_with_row_in_group():
+    o = np.arange(4096)
+    s = lab6.swizzle128(o)
+    assert np.array_equal(np.sort(s), o)                                   # a permutation
+    assert np.array_equal(s >> 7, o >> 7)                                  # each byte stays in its 128-byte row
+    assert np.array_equal((s >> 4) & 7, ((o >> 4) & 7) ^ ((o >> 7) & 7))  # chunk c of row r -> c ^ (r & 7)
+    assert np.array_equal(s & 15, o & 15)                                  # 16-byte chunks stay whole
+
+
+def test_descriptor_read_through_swizzle_reproduces_w():
+    N, K = 128, 256
+    W = _bits(7, (N, K))
+    packed = _u16(submission.pack_tma(_bf16(W)))
+    for rt in range(N // 64):
+        for kt in range(K // 64):
+            tile = lab6.as_bytes(packed[rt, kt])                         # the bulk copy: bytes verbatim
+            for j in range(4):
+                got = lab6.desc_read(tile, lab6.wg_desc(32 * j), 64)     # [r, kk] of k16 step j
+                assert np.array_equal(got, W[64 * rt:64 * rt + 64, 64 * kt + 16 * j:64 * kt + 16 * j + 16]), (rt, kt, j)
+
+
+def test_wrong_swizzle_fails_the_reproduction():
+    W = _bits(8, (64, 64))
+    packed = _u16(submission.pack_tma(_bf16(W)))[0, 0]
+    wrong = lab6.read_tile(lab6.as_bytes(packed), lab6.no_swizzle)       # the XOR left out of the read
+    bad = np.flatnonzero((wrong != W).any(axis=1))
+    assert bad.tolist() == [r for r in range(64) if r & 7]
+    plain = lab6.read_tile(lab6.as_bytes(lab6.pack_tma_np(W, xor=False)[0, 0]))   # left out of the pack
+    assert not np.array_equal(plain, W)
+    assert np.array_equal(lab6.read_tile(lab6.as_bytes(packed)), W)
+
+
+def test_desc_read_refuses_a_descriptor_without_the_128_byte_swizzle():
+    with pytest.raises(ValueError, match="not the 128-byte swizzle"):
+        lab6.desc_read(np.zeros(8192, np.uint8), lab6.wg_desc(0) & ~(3 << 62) | (2 << 62), 64)
+
+
+# ---- the x box -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("M", [1, 5, 16, 17, 32])
+def test_x_box_lands_swizzled_with_zero_fill(M):
+    K, k0 = 192, 64
+    x = _bits(M, (M, K))
+    NT = 8 * lab6.nb_of(M)
+    smem = np.full(NT * 128, 0xFF, np.uint8)
+    lab6.tma_load_2d(smem, 0, x, k0, 0, NT)
+    want = np.zeros((NT, 64), np.uint16)
+    want[:M] = x[:, k0:k0 + 64]
+    phys = smem.view("<u2").reshape(NT, 8, 8)                             # [row, physical chunk, element]
+    for r in range(NT):
+        for c in range(8):                                                # chunk c of row r at chunk c ^ (r & 7)
+            assert np.array_equal(phys[r, c ^ (r & 7)], want[r, 8 * c:8 * c + 8]), (r, c)
+    logical = smem[lab6.swizzle128(np.arange(NT * 128))]                  # undo the swizzle byte by byte
+    assert np.array_equal(logical.view("<u2").reshape(NT, 64), want)
+    got = np.concatenate([lab6.desc_read(smem, lab6.wg_desc(32 * j), NT) for j in range(4)], axis=1)
+    assert np.array_equal(got, want)
+
+
+# ---- gemvt_kernel in miniature -------------------------------------------------------------------------
+@pytest.mark.parametrize("T", [1, 2, 7, 16, 33])
+def test_uneven_split_covers_every_step_exactly_once(T):
+    for S in range(1, T + 1):
+        parts = [lab6.split_steps(T, S, s) for s in range(S)]
+        covered = [s0 + i for s0, n in parts for i in range(n)]
+        assert covered == list(range(T)), (T, S)
+        sizes = [n for _, n in parts]
+        assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1, (T, S, sizes)
+
+
+@pytest.mark.parametrize("N,K,M,nw,ka,s", [
+    (128, 256, 1, 4, 1, 1),
+    (128, 512, 5, 4, 1, 3),        # T = 8 steps over 3 CTAs: 2, 3, 3
+    (256, 1024, 16, 8, 2, 7),      # T = 8 steps over 7 CTAs
+    (128, 1024, 17, 8, 1, 16),
+    (192, 768, 32, 4, 2, 6),       # T = 6: one step a CTA
+    (128, 448, 5, 4, 1, 7),        # K / 64 = 7 atoms: one a CTA
+])
+def test_gemvt_emulate_within_spec_tolerance(N, K, M, nw, ka, s):
+    rng = np.random.default_rng(N * K + M)
+    W = lab6.bf16_normal(rng, (N, K), 0.02)
+    x = lab6.bf16_normal(rng, (M, K))
+    y = lab6.gemvt_emulate(_u16(submission.pack_tma(_bf16(W))), x, N, K, nw, ka, s)
+    ref = _ref(x, W)
+    ok, worst = lab6.check_close_np(y, ref)
+    assert ok, worst
+    judge.check_close(_bf16(y), torch.from_numpy(ref), False, f"lab6 M={M} NW={nw} KA={ka} S={s}")
+
+
+def test_gemvt_emulate_split_k_changes_only_the_rounding():
+    N, K, M = 128, 1024, 3
+    rng = np.random.default_rng(3)
+    W = lab6.bf16_normal(rng, (N, K), 0.02)
+    x = lab6.bf16_normal(rng, (M, K))
+    P = lab6.pack_tma_np(W)
+    ys = [lab6.bf16_to_f32(lab6.gemvt_emulate(P, x, N, K, 4, 1, s)).astype(np.float64) for s in (1, 3, 16)]
+    ulp = 2.0 ** (np.floor(np.log2(np.abs(ys[0]))) - 7)                  # one bf16 ulp of y at S = 1
+    for y in ys[1:]:
+        assert (np.abs(y - ys[0]) <= ulp).all()
+
+
+def test_gemvt_emulate_fails_the_tolerance_without_the_xor():
+    N, K, M = 128, 256, 5
+    rng = np.random.default_rng(4)
+    W = lab6.bf16_normal(rng, (N, K), 0.02)
+    x = lab6.bf16_normal(rng, (M, K))
+    ok, worst = lab6.check_close_np(lab6.gemvt_emulate(lab6.pack_tma_np(W, xor=False), x, N, K, 4, 1, 2), _ref(x, W))
+    assert not ok and worst > 1
+    with pytest.raises(judge.CheckFailed):
+        judge.check_close(_bf16(lab6.gemvt_emulate(lab6.pack_tma_np(W, xor=False), x, N, K, 4, 1, 2)),
+                          torch.from_numpy(_ref(x, W)), False, "no xor")
+
+
+def test_stage_bytes_match_gemvt_smem():
+    for nw in (4, 8):
+        for nb in (1, 2, 4):
+            for st, ka in ((4, 1), (8, 2)):
+                assert submission.gemvt_smem(nw, st, nb, ka) == 1024 + st * lab6.stage_bytes(nw, nb, ka)
+
+
+@pytest.mark.parametrize("N,K,M,nw,ka,s", [(96, 256, 1, 4, 1, 1), (192, 256, 1, 8, 1, 1), (128, 256, 1, 4, 3, 1),
+                                           (128, 256, 1, 4, 1, 5), (128, 256, 33, 4, 1, 1), (128, 256, 1, 6, 1, 1)])
+def test_gemvt_emulate_refuses_configs_that_do_not_fit(N, K, M, nw, ka, s):
+    with pytest.raises(ValueError, match="does not fit"):
+        lab6.gemvt_emulate(np.zeros((N // 64, K // 64, 64, 64), np.uint16), np.zeros((M, K), np.uint16),
+                           N, K, nw, ka, s)
