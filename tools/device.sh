@@ -26,7 +26,7 @@ for st in $stages; do
       { /usr/bin/time -f "cold import %e s" python3 -c "import submission"; \
         /usr/bin/time -f "warm import %e s" python3 -c "import submission"; } 2>&1 | tee -a "$R/build.log" | tail -4 ;;
     tests)
-      timeout $(( $(left) / 2 )) python3 -m pytest -q --maxfail=10 --durations=5 tests/test_gpu.py tests/test_triton.py \
+      timeout $(( $(left) / 2 )) python3 -m pytest -q --maxfail=10 --durations=5 tests/test_gpu.py tests/test_triton.py tests/test_tma.py \
         2>&1 | tee "$R/pytest_gpu.log" | tail -25 ;;
     rebuild)
       python3 build.py 2>&1 | tee "$R/rebuild.log"; cp submission.py "$R/submission.py" ;;
