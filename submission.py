@@ -1148,6 +1148,207 @@ gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap
   combine_store<false, true, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
 
+// ---- gemvtz_kernel: PIPE 6 of the compressed path, the 12-bit stream in gemvt's TMA ring ----------------------
+// Contract: x bf16 [M, K] (TMA box as gemvt_kernel, and plain loads for the corrections); wz = pack_tz's tiles:
+// [N/64][K/64][4 row blocks][A0 | A1 | B: 96 units of 16 B] (6 KB a tile), the 12-bit stream of W with the columns
+// of each 64-group permuted (tma_kperm) so that decz's fragment f of a group is wgmma's A for k 16 f .. 16 f + 15 in
+// the natural order of x; the side table in CSR with natural k, ascending per row; out bf16 [M, N]. Requires
+// N % (16 NW) == 0, K % (64 KA) == 0, S <= K / (64 KA), NW = 4 or 8.
+//
+//   warps 0..NW-1 consume (one warpgroup per 64 rows), warp NW produces, warps NW+1 .. NW+NW/2 correct: one lane a row
+//   stage = x [KA groups][8 NB tokens x 128 B] (TMA boxes, 128-byte swizzle) then W [NW / 4 warpgroups][KA tiles]
+//   per group a consumer warp reads its row block's A0, A1, B (16 B each per lane, ld.shared), decodes 4 fragments
+//     (decz) and issues 4 wgmma.m64n(8NB)k16 with A from registers and B = the group's x from shared memory
+//   correction lanes: row r's exceptions in the CTA's K slice, in k order, times x[tok][k] (tok < M) -> ecorr
+//   end: D + ecorr -> split-K combine (gemv_kernel's) -> store
+// An out-of-window weight decodes to a fixed in-window value v; prepare verified fl32(v + correction) == W.
+// dbg & 1 skips the corrections. Lab: labs/lab3_compress.py (format, decz), labs/lab6_tma.py (ring, swizzle).
+template <int NB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[NB * 4], uint4 a, uint64_t db) {
+  if constexpr (NB == 4) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), "r"(1));
+  } else if constexpr (NB == 2) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), "r"(1));
+  } else {
+    static_assert(NB == 1, "NB is 1, 2 or 4");
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), "r"(1));
+  }
+}
+
+// Dynamic shared memory of one gemvtz CTA: alignment slack, the ring, with cl the leader's cbuf, and ecorr.
+__host__ __device__ constexpr size_t gemvtz_smem(int NW, int ST, int NB, int KA, int S, int cl) {
+  return 1024 + (size_t)ST * KA * (8 * NB * 128 + NW / 4 * 6144) + (cl ? (size_t)(S - 1) * NW * NB * 32 * 16 : 0) +
+         (size_t)16 * NW * (8 * NB + 1) * 4;
+}
+
+template <int NW, int ST, int NB, int KA>
+__global__ void __launch_bounds__((NW + 1 + NW / 2) * 32, 1)
+gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMap tx, const bf16* __restrict__ x,
+              const int* __restrict__ eptr, const int2* __restrict__ esc, bf16* __restrict__ out,
+              float4* __restrict__ ws, int* __restrict__ sem, int M, int N, int K, int S, uint32_t TL, uint32_t TH,
+              int dbg, int cl) {
+  static_assert(NW == 4 || NW == 8, "NW: one or two warpgroups");
+  constexpr int NWG = NW / 4, NTOK = 8 * NB;
+  constexpr uint32_t TILE = 6144, XB = NTOK * 128, STAGE = KA * (XB + NWG * TILE);
+  constexpr int R = NW, P = R * NB * 32, NT = NW * 32, J = NB;  // warp w's D = row block r = w
+  constexpr int EC = 2;                                          // exception chunk: entries loaded together
+  extern __shared__ uint8_t dsm[];
+  __shared__ __align__(8) unsigned long long full[ST], empty[ST];
+  const uint32_t dbase = smem_u32(dsm), base = (dbase + 1023u) & ~1023u;
+  uint8_t* ring = dsm + (base - dbase);
+  float4* cbuf = reinterpret_cast<float4*>(ring + (size_t)ST * STAGE);                 // cl: [S - 1][P]
+  float* ecorr = reinterpret_cast<float*>(ring + (size_t)ST * STAGE + (cl ? (size_t)(S - 1) * P * 16 : 0));
+  MuseTrace tr_{};
+  pdl_trigger();
+  cluster_start<P>(cl, S);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int rg = blockIdx.x, sidx = blockIdx.y;
+  const int T = K / (64 * KA), s0 = (int)((long)sidx * T / S), steps = (int)((long)(sidx + 1) * T / S) - s0;
+  const int g0 = s0 * KA;  // first 64-group of the slice
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < ST; s++) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], NW);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  float acc[NB * 4];
+#pragma unroll
+  for (int i = 0; i < NB * 4; i++) acc[i] = 0.f;
+  if (warp == NW) {
+    if (lane == 0) {
+      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tx)) : "memory");
+      const uint64_t pol = policy_evict_first();
+      const size_t KG = K / 64;
+      auto load_w = [&](uint32_t sb, int i, unsigned long long* bar) {
+#pragma unroll
+        for (int g = 0; g < NWG; g++)
+          bulk_load(sb + KA * XB + g * KA * TILE, wz + (((size_t)rg * NWG + g) * KG + g0 + i * KA) * TILE, KA * TILE,
+                    bar, pol);
+      };
+      const int pre = steps < ST ? steps : ST;
+      for (int i = 0; i < pre; i++) {
+        mbar_expect_tx(&full[i], STAGE);
+        load_w(base + i * STAGE, i, &full[i]);
+      }
+      pdl_wait();
+      for (int i = 0; i < pre; i++)
+#pragma unroll
+        for (int a = 0; a < KA; a++) tma_load_2d(base + i * STAGE + a * XB, &tx, (g0 + i * KA + a) * 64, 0, &full[i]);
+      for (int i = ST; i < steps; i++) {
+        const int s = i % ST;
+        mbar_wait(&empty[s], ((i / ST) - 1) & 1);
+        const uint32_t sb = base + s * STAGE;
+        mbar_expect_tx(&full[s], STAGE);
+        load_w(sb, i, &full[s]);
+#pragma unroll
+        for (int a = 0; a < KA; a++) tma_load_2d(sb + a * XB, &tx, (g0 + i * KA + a) * 64, 0, &full[s]);
+      }
+    }
+  } else if (warp > NW) {
+    // one lane a row: row rl of the CTA's 16 NW, every token; the side table is constant (read before the wait)
+    const int rl = (warp - NW - 1) * 32 + lane, row = rg * 16 * NW + rl;
+    const int klo = g0 * 64, khi = (g0 + steps * KA) * 64;
+    const int beg = __ldg(eptr + row), end = __ldg(eptr + row + 1);
+    if (!(dbg & 1) && beg < end) asm volatile("prefetch.global.L1 [%0];" ::"l"(esc + beg));
+    float ea[NTOK];
+#pragma unroll
+    for (int q = 0; q < NTOK; q++) ea[q] = 0.f;
+    pdl_wait();
+    if (!(dbg & 1)) {
+      for (int j = beg; j < end; j += EC) {
+        int2 e[EC];
+#pragma unroll
+        for (int c = 0; c < EC; c++) e[c] = j + c < end ? __ldg(esc + j + c) : make_int2(khi, 0);
+#pragma unroll
+        for (int c = 0; c < EC; c++) {
+          if (e[c].x >= klo && e[c].x < khi) {
+            const float d = __int_as_float(e[c].y);
+            float xv[NTOK];
+#pragma unroll
+            for (int q = 0; q < NTOK; q++) xv[q] = q < M ? __bfloat162float(x[(size_t)q * K + e[c].x]) : 0.f;
+#pragma unroll
+            for (int q = 0; q < NTOK; q++) ea[q] += d * xv[q];  // q >= M: never stored
+          }
+        }
+        if (e[EC - 1].x >= khi) break;  // k ascending: the rest of the row is past this CTA's slice
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < NTOK; q++) ecorr[rl * (NTOK + 1) + q] = ea[q];
+  } else {
+    const int wg = warp >> 2;
+    for (int i = 0; i < steps; i++) {
+      const int s = i % ST;
+      mbar_wait(&full[s], (i / ST) & 1);
+      const uint32_t sb = base + s * STAGE;
+      uint4 f[KA][4];
+#pragma unroll
+      for (int a = 0; a < KA; a++) {
+        const uint8_t* tp = ring + (size_t)s * STAGE + KA * XB + (wg * KA + a) * TILE + (warp & 3) * 1536 + lane * 16;
+        const uint4 A0 = *reinterpret_cast<const uint4*>(tp), A1 = *reinterpret_cast<const uint4*>(tp + 512),
+                    B = *reinterpret_cast<const uint4*>(tp + 1024);
+        f[a][0] = decz(A0.x, A0.y, B.x, TL, TH);
+        f[a][1] = decz(A0.z, A0.w, B.y, TL, TH);
+        f[a][2] = decz(A1.x, A1.y, B.z, TL, TH);
+        f[a][3] = decz(A1.z, A1.w, B.w, TL, TH);
+      }
+      wg_pin(acc);
+      wg_fence();
+#pragma unroll
+      for (int a = 0; a < KA; a++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) wgmma_rs<NB>(acc, f[a][j], wg_desc(sb + a * XB + 32 * j));
+      wg_commit();
+      wg_wait0();
+      wg_pin(acc);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[s]);
+    }
+  }
+  pdl_wait();
+  __syncthreads();   // every stage consumed (the ring is free), ecorr complete
+  float4* red = reinterpret_cast<float4*>(ring);
+  if (warp < NW) {
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+      red[(warp * NB + nb) * 32 + lane] = make_float4(acc[4 * nb], acc[4 * nb + 1], acc[4 * nb + 2], acc[4 * nb + 3]);
+  }
+  __syncthreads();
+  float4 res[J];
+#pragma unroll
+  for (int j = 0; j < J; j++) {
+    const int p = tid + j * NT;
+    res[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (tid < NT) {
+      const int pl = p & 31, nbo = (p >> 5) % NB, r = (p >> 5) / NB, pg = pl >> 2, pt = pl & 3;
+      const float* e0 = ecorr + (r * 16 + pg) * (NTOK + 1) + nbo * 8 + 2 * pt;
+      const float* e1 = e0 + 8 * (NTOK + 1);
+      const float4 v = red[p];
+      res[j] = make_float4(v.x + e0[0], v.y + e0[1], v.z + e1[0], v.w + e1[1]);
+    }
+  }
+  combine_store<false, true, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
+}
+
 // ---- launch --------------------------------------------------------------------------------------
 // Clusters above 8 CTAs are non-portable on sm_90: the kernel must opt in before such a launch. Done once per
 // kernel and remembered (a host-side call: nothing for a graph to capture; kernel_fn's first eager call makes it).
@@ -1290,6 +1491,34 @@ static const void* gemv_func() {
   else return (const void*)gemv_kernel<NW, U, NB, R, D, P>;
 }
 
+template <int NW, int U, int NB, int R, int P>
+static int launch_gemvz(const void* x, const void* w, const void* eptr, const void* esc, void* out, void* ws, void* sem,
+                        int M, int N, int K, int S, uint32_t TL, uint32_t TH, int dbg, int pf, int cl, int co, bool pdl,
+                        cudaStream_t st) {
+  if constexpr (P == 6) {
+    static_assert(NW == 4 || NW == 8, "compressed PIPE 6: NW 4 or 8");
+    const void* f = (const void*)gemvtz_kernel<NW, U, NB, R>;
+    int e = allow_large_smem(f);
+    if (e) return e;
+    CUtensorMap tx;
+    if ((e = make_tmap(&tx, x, M, K, 8 * NB))) return e;
+    return launch_pdl(gemvtz_kernel<NW, U, NB, R>, dim3(N / (16 * NW), S), dim3((NW + 1 + NW / 2) * 32), st, pdl,
+                      cl ? S : 1, gemvtz_smem(NW, U, NB, R, S, cl), co, (const uint8_t*)w, tx, (const bf16*)x,
+                      (const int*)eptr, (const int2*)esc, (bf16*)out, (float4*)ws, (int*)sem, M, N, K, S, TL, TH, dbg, cl);
+  } else {
+    return launch_pdl(gemvz_kernel<NW, U, NB, R, P>, dim3(N / (16 * R), S), dim3((NW + 1) * 32), st, pdl, cl ? S : 1,
+                      cl ? (size_t)(S - 1) * R * NB * 32 * 16 : 0, co, (const bf16*)x, (const uint4*)w,
+                      (const int*)eptr, (const int2*)esc, (bf16*)out, (float4*)ws, (int*)sem, M, N, K, S, TL, TH, dbg,
+                      pf, cl);
+  }
+}
+
+template <int NW, int U, int NB, int R, int P>
+static const void* gemvz_func() {
+  if constexpr (P == 6) return (const void*)gemvtz_kernel<NW, U, NB, R>;
+  else return (const void*)gemvz_kernel<NW, U, NB, R, P>;
+}
+
 // ---- BEGIN GENERATED by build.py from tables/ctable.json + DEFAULT_GEMV: edit the table, not this ----
 // C3(NW, U, NB, R, DUAL, PIPE): one compiled gemv_kernel
 #define GEMV_CONFIGS(C3) \
@@ -1355,12 +1584,9 @@ int gemv_dispatch(const void* x, const void* w, const void* w2, void* out, void*
 int gemvz_dispatch(const void* x, const void* w, const void* eptr, const void* esc, void* out, void* ws, void* sem,
                    int M, int N, int K, int S, int NW, int UG, int NB, int R, int P, uint32_t TL, uint32_t TH, int dbg,
                    int pf, int cl, int co, bool pdl, cudaStream_t st) {
-#define LAUNCH_Z3(NW_, U_, NB_, R_, P_)                                                                     \
-  if (NW == NW_ && UG == U_ && NB == NB_ && R == R_ && P == P_)                                              \
-    return launch_pdl(gemvz_kernel<NW_, U_, NB_, R_, P_>, dim3(N / (16 * R_), S), dim3((NW_ + 1) * 32), st,    \
-                      pdl, cl ? S : 1, cl ? (size_t)(S - 1) * R_ * NB_ * 32 * 16 : 0, co, (const bf16*)x,       \
-                      (const uint4*)w, (const int*)eptr, (const int2*)esc, (bf16*)out, (float4*)ws, (int*)sem, M, N, \
-                      K, S, TL, TH, dbg, pf, cl);
+#define LAUNCH_Z3(NW_, U_, NB_, R_, P_)                                                   \
+  if (NW == NW_ && UG == U_ && NB == NB_ && R == R_ && P == P_)                               \
+    return launch_gemvz<NW_, U_, NB_, R_, P_>(x, w, eptr, esc, out, ws, sem, M, N, K, S, TL, TH, dbg, pf, cl, co, pdl, st);
   GEMVZ_CONFIGS(LAUNCH_Z3)
 #undef LAUNCH_Z3
   return -1;
@@ -1379,7 +1605,7 @@ int gemv_attrs(int NW, int U, int NB, int R, bool dual, int P, int* res) {
 int gemvz_attrs(int NW, int UG, int NB, int R, int P, int* res) {
 #define ATTRS_Z3(NW_, U_, NB_, R_, P_)                                \
   if (NW == NW_ && UG == U_ && NB == NB_ && R == R_ && P == P_)        \
-    return func_attrs((const void*)gemvz_kernel<NW_, U_, NB_, R_, P_>, res);
+    return func_attrs(gemvz_func<NW_, U_, NB_, R_, P_>(), res);
   GEMVZ_CONFIGS(ATTRS_Z3)
 #undef ATTRS_Z3
   return -1;
@@ -2032,9 +2258,28 @@ def gemv_fits(cfg, N, K, m, dual=False):
     return _split_fits(cfg, smem_bytes(cfg.nw, nb, cfg.r, False, cfg.s, cfg.cl))
 
 
+def gemvtz_smem(nw, st, nb, ka, s=1, cl=0):
+    """Compressed PIPE 6's dynamic shared memory (gemvtz_smem in the CUDA): alignment slack, the ring (per stage ka
+    groups of x, 8 nb tokens x 128 B, and of weights, 6 KB a warpgroup), with cl the leader's cbuf, and ecorr."""
+    return (1024 + st * ka * (8 * nb * 128 + nw // 4 * 6144) + ((s - 1) * nw * nb * 32 * 16 if cl else 0) +
+            16 * nw * (8 * nb + 1) * 4)
+
+
 def gemvz_fits(cfg, N, K, m):
     """Why a compressed config cannot run this shape, or None if it can."""
     nb, KG = nb_of(m), K // 64
+    if cfg.pipe == 6:   # gemvtz_kernel: nw consumer warps (16 nw rows a CTA), ug stages, r 64-groups a stage
+        if cfg.nw not in (4, 8) or cfg.ug < 1 or cfg.r < 1:
+            return f"compressed PIPE 6 needs NW 4 or 8 and UG (stages), R (groups) >= 1: {cfg}"
+        if N % (16 * cfg.nw) or K % (64 * cfg.r) or not 1 <= cfg.s <= K // (64 * cfg.r):
+            return (f"compressed PIPE 6: N={N} not a multiple of 16*NW={16 * cfg.nw}, or K={K} not a multiple of "
+                    f"64*R={64 * cfg.r}, or S={cfg.s} not in 1..K/(64*R)")
+        if cfg.pf:
+            return "PIPE 6 has no L2 prefetch field (pf must be 0): its ring is the prefetch"
+        smem = gemvtz_smem(cfg.nw, cfg.ug, nb, cfg.r, cfg.s, cfg.cl) + 16 * cfg.ug + 16
+        if smem > TMA_SMEM_LIMIT:
+            return f"compressed PIPE 6: shared memory {smem} B > {TMA_SMEM_LIMIT}"
+        return _split_fits(cfg, 0)
     if N % (16 * cfg.r) or K % 64:
         return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 64"
     if KG % (cfg.s * cfg.nw * cfg.ug):
@@ -2178,6 +2423,7 @@ class Layer:
         self.ws = self.sem = None
         self.wn = None                             # Triton (bf16): the layer's own copy, [N, K] order
         self.wt = None                             # PIPE 6: pack_tma's tiles
+        self.zt = None                             # compressed PIPE 6: pack_tz's tiles and side table
         self.tw = self.tw2 = None                  # Triton: weight (router: hi) and lo in [N, K] order
         self.tws = self.twa = self.tsem = None     # Triton: ticket partials, atomic buffer, tickets
 
@@ -2213,6 +2459,8 @@ class Layer:
         path = "compressed" if isinstance(cfg, GemvzConfig) else "plain"
         if path == "compressed" and self.z is None:
             raise ValueError(f"layer '{self.name}' has no compressed weights ({self.z_note})")
+        if path == "compressed" and cfg.pipe == 6 and self.zt is None:
+            self.zt = pack_tz(self.weight)
         if path == "plain" and cfg.pipe != 6 and self.w is None:
             self._pack_plain()
         if path == "plain" and cfg.pipe == 6 and self.wt is None:
@@ -2363,6 +2611,8 @@ def prepare(name, weight, *, path=None, pdl=None, ctable=None, ztable=None, ttab
         L._pack_plain()
     if any(p.path == "plain" and p.config.pipe == 6 for p in L.plans[1:]):
         L.wt = pack_tma(weight)
+    if any(p.path == "compressed" and p.config.pipe == 6 for p in L.plans[1:]):
+        L.zt = pack_tz(weight)                     # verified like z (same window, permuted columns)
     if any(p.path == "triton" for p in L.plans[1:]):
         L._pack_triton()
     L._alloc_workspace()
@@ -2418,6 +2668,49 @@ def verify_z(w, z):
     return ""
 
 
+def tma_kperm(K):
+    """Column order of pack_tz: the 12-bit stream of W[:, perm] puts, in decz's fragment f of each 64-group, the
+    weights wgmma's A needs for k 16 f .. 16 f + 15 of that group in x's natural order. Fragment f's element of lane
+    (g, t) with p = j >> 2, e = j & 1 sits at stream column 32 (f >> 1) + 8 t + 4 (f & 1) + 2 p + e (pack_plain's
+    relabelling) and is wgmma's k 2 t + 8 p + e of step f: so perm[that column] = 16 f + 2 t + 8 p + e.
+    Returns an int64 tensor [K] (a permutation inside each 64-group)."""
+    perm = torch.empty(64, dtype=torch.int64)
+    for f in range(4):
+        for t in range(4):
+            for p in range(2):
+                for e in range(2):
+                    perm[32 * (f >> 1) + 8 * t + 4 * (f & 1) + 2 * p + e] = 16 * f + 2 * t + 8 * p + e
+    return (torch.arange(K // 64, dtype=torch.int64)[:, None] * 64 + perm[None, :]).flatten()
+
+
+def pack_tz(w):
+    """W [N, K] (bf16, on the GPU) as compressed PIPE 6 (gemvtz_kernel) reads it: pack_z of W[:, tma_kperm(K)], its
+    decode verified on the GPU against that matrix bit for bit (verify_z), the side table's k mapped back to the
+    natural column (ascending again within each row), and the stream regrouped into tiles of 4 row blocks x one
+    64-group: [N/64, K/64, 4 * 1536] uint8, so a warpgroup's groups of one stage are one bulk copy.
+    Raises ValueError if the shape does not tile or the decode check fails."""
+    N, K = w.shape
+    if N % 64 or K % 64:
+        raise ValueError(f"pack_tz needs N % 64 == 0 and K % 64 == 0, got N={N}, K={K}")
+    perm = tma_kperm(K).to(w.device)
+    wp = w[:, perm].contiguous()
+    z = pack_z(wp)
+    bad = verify_z(wp, z) if w.is_cuda else ""
+    if bad:
+        raise ValueError(f"pack_tz: decode check failed on the GPU: {bad}")
+    eptr, esc, n = z.eptr, z.esc.clone(), z.n_exc
+    if n:
+        rows = torch.arange(N, device=w.device).repeat_interleave((eptr[1:] - eptr[:-1]).long())
+        k = perm[esc[:n, 0].long()]
+        order = torch.argsort(rows * K + k)                 # rows keep their CSR ranges; k ascending inside each
+        esc[:n, 0] = k[order].to(torch.int32)
+        esc[:n, 1] = esc[:n, 1][order]
+    tiles = z.stream.view(N // 64, 4, K // 64, 1536).permute(0, 2, 1, 3).reshape(N // 64, K // 64, 6144).contiguous()
+    exc_cols = sorted({int(c) for c in perm[torch.tensor(z.exc_cols, dtype=torch.int64, device=w.device)].tolist()}) \
+        if n else []
+    return z._replace(stream=tiles, esc=esc, exc_cols=exc_cols)
+
+
 def kernel_fn(x, layer, out=None):
     """y = x @ W.T for a prepared layer. x: CUDA bf16 [m, K], contiguous, 16-byte aligned, m >= 1.
     Returns [m, N] (bf16; fp32 for fp32 weights). out: optional preallocated result (tests poison it).
@@ -2462,7 +2755,7 @@ def kernel_fn(x, layer, out=None):
         _EXT.gemv(x, w, layer.w2 if layer.w2 is not None else w, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.u, c.r, nb_of(m),
                   layer.dual, c.pipe, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
     else:
-        z = layer.z
+        z = layer.zt if c.pipe == 6 else layer.z          # PIPE 6 (TMA): pack_tz's tiles, natural-k side table
         _EXT.gemvz(x, z.stream, z.eptr, z.esc, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.ug, c.r,
                    nb_of(m), c.pipe, z.TL, z.TH, layer.dbg, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
     return out

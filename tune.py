@@ -93,6 +93,13 @@ def instances(nbs, duals, paths=("plain", "compressed"), nws=NWS, tma=True):
                     for ka in TMA_KAS:
                         if sub.gemvt_smem(nw, st, nb, ka) <= sub.TMA_SMEM_LIMIT:
                             out.append(("gemv", (nw, st, nb, ka, False, 6)))
+    if "compressed" in paths and False in duals and tma:
+        for nw in TMA_NWS:
+            for nb in nbs:
+                for st in TMA_STS:
+                    for ka in TMA_KAS:
+                        if sub.gemvtz_smem(nw, st, nb, ka) <= sub.TMA_SMEM_LIMIT:
+                            out.append(("gemvz", (nw, st, nb, ka, 6)))
     return out
 
 
@@ -191,11 +198,11 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
     bf16) the compiled PIPE 6 configs at the S that give 0.5 to 4 CTAs per SM."""
     nb = sub.nb_of(m)
     out, spilled = [], 0
-    if tma and not compressed and not dual:
+    if tma and not dual:
         for nw in TMA_NWS:
             for st in TMA_STS:
                 for ka in TMA_KAS:
-                    a = ext.gemv_attrs(nw, st, nb, ka, False, 6)
+                    a = ext.gemvz_attrs(nw, st, nb, ka, 6) if compressed else ext.gemv_attrs(nw, st, nb, ka, False, 6)
                     if not a:
                         continue
                     if a[1] > 0:
@@ -210,7 +217,7 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
                         if s > K // (64 * ka):
                             continue
                         for cl in ((2, 0) if s > 1 else (0,)):
-                            c = sub.GemvConfig(nw, s, st, ka, 6, 0, 1, cl)
+                            c = (sub.GemvzConfig if compressed else sub.GemvConfig)(nw, s, st, ka, 6, 0, 1, cl)
                             if not sub.config_fits(c, N, K, m):
                                 out.append(c)
                                 break

@@ -201,3 +201,59 @@ def test_gemvt_emulate_refuses_configs_that_do_not_fit(N, K, M, nw, ka, s):
     with pytest.raises(ValueError, match="does not fit"):
         lab6.gemvt_emulate(np.zeros((N // 64, K // 64, 64, 64), np.uint16), np.zeros((M, K), np.uint16),
                            N, K, nw, ka, s)
+
+
+# ---- the compressed PIPE 6 (gemvtz_kernel): pack_tz's column order, tiles and natural-k side table ----------
+_spec3 = importlib.util.spec_from_file_location("lab3_compress", LABS / "lab3_compress.py")
+lab3 = importlib.util.module_from_spec(_spec3)
+_spec3.loader.exec_module(lab3)
+
+
+def test_tma_kperm_puts_wgmma_natural_k_in_each_fragment():
+    perm = submission.tma_kperm(128).numpy()
+    assert sorted(perm[:64]) == list(range(64)) and sorted(perm[64:]) == list(range(64, 128))
+    # lab3's fragment position of (lane, f, j) is the stream column; wgmma wants k 16 f + 2 t + 8 (j >> 2) + (j & 1)
+    for lane in range(32):
+        t = lane & 3
+        for f in range(4):
+            for j in range(8):
+                row, col = lab3.frag_pos(lane, f, j)
+                assert perm[col] == 16 * f + 2 * t + 8 * (j >> 2) + (j & 1), (lane, f, j)
+
+
+@pytest.mark.parametrize("N, K", [(64, 128), (128, 512)])
+def test_pack_tz_tiles_decode_to_w_with_natural_k_corrections(N, K):
+    W = lab3.trained_like_np(N, K, seed=11)
+    W[3, 5] = 0x7F80                                  # +Inf: out of any window, an exception at a known column
+    z = submission.pack_tz(_bf16(W))
+    assert z.stream.shape == (N // 64, K // 64, 6144)
+    stream = z.stream.view(N // 64, K // 64, 4, 1536).permute(0, 2, 1, 3).reshape(N // 16, K // 64, 1536).numpy()
+    dec = lab3.unpack_z_np(stream, N, K, np.uint32(z.TL), np.uint32(z.TH))     # stream columns of W[:, perm]
+    perm = submission.tma_kperm(K).numpy()
+    nat = np.empty_like(dec)
+    nat[:, perm] = dec
+    eptr, esc = z.eptr.numpy(), z.esc.numpy()
+    assert z.n_exc >= 1 and 5 in z.exc_cols
+    for r in range(N):                                 # natural k, ascending inside each row's CSR range
+        ks = esc[eptr[r]:eptr[r + 1], 0]
+        assert list(ks) == sorted(ks)
+    assert lab3.same_bits(lab3.restore_np(nat, eptr, esc), W).all()
+
+
+def test_compressed_pipe6_fits_rules():
+    c = submission.GemvzConfig(nw=4, s=3, ug=8, r=2, pipe=6, pf=0, pdl=1, cl=2)
+    assert submission.gemvz_fits(c, 4096, 8192, 32) is None
+    assert "NW 4 or 8" in submission.gemvz_fits(c._replace(nw=16), 4096, 8192, 32)
+    assert "S=65" in submission.gemvz_fits(c._replace(s=65, cl=0), 4096, 8192, 32)
+    assert "shared memory" in submission.gemvz_fits(c._replace(nw=8, ug=12), 4096, 8192, 32)
+    assert "pf" in submission.gemvz_fits(c._replace(pf=1), 4096, 8192, 32)
+
+
+def test_plain_pipe6_fits_rules():
+    c = submission.GemvConfig(nw=4, s=2, u=4, r=1, pipe=6, pf=0, pdl=1, cl=2)
+    assert submission.gemv_fits(c, 4096, 8192, 32) is None
+    assert "DUAL" in submission.gemv_fits(c, 256, 8192, 32, dual=True)
+    assert "16*NW=64" in submission.gemv_fits(c, 4080, 8192, 32)
+    assert submission.gemv_fits(c._replace(s=3), 4096, 8192, 32) is None
+    assert "S=129" in submission.gemv_fits(c._replace(s=129, cl=0), 4096, 8192, 32)
+    assert "shared memory" in submission.gemv_fits(c._replace(nw=8, u=12, r=2), 4096, 8192, 32)

@@ -2,7 +2,9 @@
 shared memory) on every bf16 layer, whether or not the tables pick it: SPEC accuracy and exact one-hot probes at
 m = 1..32 (odd m too: x's rows past m come from the copy's zero fill), the cluster and ticket split-K, one and two
 atoms a stage, determinism, graph replays and a chain under PDL. The kernels come from an extension of their own
-(tune.py's build, the PIPE 6 instantiations only), swapped in for this module."""
+(tune.py's build, the PIPE 6 instantiations only), swapped in for this module. The compressed PIPE 6
+(gemvtz_kernel: the 12-bit stream in the same ring, decoded into wgmma's A registers, plus correction warps) gets
+the same checks, probes on exception columns first, and a check that its corrections are needed and applied."""
 import pytest
 import torch
 
@@ -16,6 +18,7 @@ import tune
 DEV = "cuda"
 NAMES = ["qkv_gate", "o_proj", "pooler", "unpooler"]
 INSTS = [("gemv", (nw, st, nb, ka, False, 6)) for nw in (4, 8) for nb in (1, 2, 4) for st, ka in ((4, 1), (8, 2))]
+INSTS += [("gemvz", (nw, st, nb, ka, 6)) for nw in (4, 8) for nb in (1, 2, 4) for st, ka in ((4, 1), (6, 2))]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +35,9 @@ def layers(tma_ext):
     for i, name in enumerate(NAMES):
         d = judge.LAYERS[name]
         w = judge.trained_like(d["N"], d["K"], 41 + i, DEV, torch.bfloat16)
-        out[name] = (S.prepare(name, w, path="plain"), w)
+        L = S.prepare(name, w)
+        assert L.z is not None, L.describe()
+        out[name] = (L, w)
     return out
 
 
@@ -58,16 +63,6 @@ def configs(name, m):
                 if not S.gemv_fits(c, d["N"], d["K"], m) and c not in out:
                     out.append(c)
     return out
-
-
-def test_pipe6_fits_rules():
-    c = S.GemvConfig(nw=4, s=2, u=4, r=1, pipe=6, pf=0, pdl=1, cl=2)
-    assert S.gemv_fits(c, 4096, 8192, 32) is None
-    assert "DUAL" in S.gemv_fits(c, 256, 8192, 32, dual=True)
-    assert "16*NW=64" in S.gemv_fits(c, 4080, 8192, 32)
-    assert S.gemv_fits(c._replace(s=3), 4096, 8192, 32) is None          # uneven split-K: slices differ by a step
-    assert "S=129" in S.gemv_fits(c._replace(s=129, cl=0), 4096, 8192, 32)
-    assert "shared memory" in S.gemv_fits(c._replace(nw=8, u=12, r=2), 4096, 8192, 32)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -112,3 +107,70 @@ def test_pipe6_plans_pack_tiles_only(tma_ext):
     assert L.wt is not None and L.wn is None, "PIPE 6 reads pack_tma's tiles (and no natural copy is kept for it)"
     x = judge.fresh_x(32, d["K"], 5, DEV)
     judge.check_close(S.kernel_fn(x, L).float(), judge.reference(x, w), False, "o_proj PIPE 6 from prepare's tables")
+
+
+def zconfigs(name, m):
+    """Compressed PIPE 6 configs that fit (name, m): NW 4 and 8, (4 stages, 1 group) and (6 stages, 2 groups), at
+    the S for about one CTA per SM with the cluster and the ticket, an uneven S, and S = 1."""
+    d = judge.LAYERS[name]
+    out = []
+    for nw in (4, 8):
+        for st, ka in ((4, 1), (6, 2)):
+            base = S.GemvzConfig(nw=nw, s=1, ug=st, r=ka, pipe=6, pf=0, pdl=1, cl=0)
+            s = 1
+            while d["N"] // (16 * nw) * s < 132 and not S.gemvz_fits(base._replace(s=2 * s), d["N"], d["K"], m):
+                s *= 2
+            s3 = 3 * s // 2 if s > 1 else 3
+            for c in (base._replace(s=s, cl=2 if s > 1 else 0), base._replace(s=s, cl=0), base,
+                      base._replace(s=s3, cl=2)):
+                if not S.gemvz_fits(c, d["N"], d["K"], m) and c not in out:
+                    out.append(c)
+    return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("m", [1, 9, 16, 17, 32])
+def test_compressed_pipe6_is_accurate_and_probes_are_exact(layers, suite, name, m):
+    L, w = layers[name]
+    cfgs = zconfigs(name, m)
+    assert len(cfgs) >= 6, f"too few compressed PIPE 6 configs fit {name} m={m}: {cfgs}"
+    for c in cfgs:
+        L.set_config(m, c)
+        assert L.plan(m).path == "compressed" and L.plan(m).config == c
+        suite.accuracy(L, w, m, 200 + m, f"{name} {c}")
+        suite.probes(L, w, m, 9 * m, f"{name} {c}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_compressed_pipe6_corrections_are_needed_and_applied(layers, suite, name):
+    L, w = layers[name]
+    k = L.exception_columns()[0]
+    for m in (16, 32):
+        L.set_config(m, zconfigs(name, m)[0])
+        x = torch.zeros(m, L.K, dtype=torch.bfloat16, device=DEV)
+        x[:, k] = 1.0
+        judge.check_probe(suite.call(x, L)[m - 1], w[:, k], False, f"{name} compressed PIPE 6 with corrections")
+        L.dbg = 1
+        try:
+            wrong = suite.call(x, L)[m - 1]
+        finally:
+            L.dbg = 0
+        assert not torch.equal(wrong.view(torch.int16), w[:, k].view(torch.int16)), "skipping corrections changed nothing"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_compressed_pipe6_is_deterministic_and_graph_safe(layers, suite, name):
+    L, _ = layers[name]
+    for m in (16, 32):
+        for c in zconfigs(name, m)[:2]:
+            L.set_config(m, c)
+            suite.determinism(L, m, 5, f"{name} {c}")
+            suite.graph_replay(L, m, 3, f"{name} {c}")
+
+
+def test_compressed_pipe6_chain_under_pdl_matches_eager(layers, suite):
+    A, B = layers["pooler"][0], layers["unpooler"][0]
+    for m in (16, 32):
+        A.set_config(m, zconfigs("pooler", m)[0])
+        B.set_config(m, zconfigs("unpooler", m)[1])
+        suite.chain_graph(A, B, m, 4)
