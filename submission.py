@@ -1003,7 +1003,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
-__device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 // Keep the compiler from moving accumulator reads or writes across the asynchronous mma.
 template <int N>
 __device__ __forceinline__ void wg_pin(float (&d)[N]) {
@@ -1296,56 +1295,34 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
 #pragma unroll
     for (int q = 0; q < NTOK; q++) ecorr[rl * (NTOK + 1) + q] = ea[q];
   } else {
-    // Software-pipelined: stage i's wgmma run while stage i + 1 is read and decoded. The fragments are wgmma's A
-    // registers, read asynchronously: a buffer is refilled only after wgmma.wait_group 1 says the group that read
-    // it (stage i - 1) is done, which also frees stage i - 1's slot of the ring.
     const int wg = warp >> 2;
-    uint4 f[2][KA][4];
-    auto decode = [&](uint4 (&fb)[KA][4], int i) {
+    for (int i = 0; i < steps; i++) {
       const int s = i % ST;
       mbar_wait(&full[s], (i / ST) & 1);
+      const uint32_t sb = base + s * STAGE;
+      uint4 f[KA][4];
 #pragma unroll
       for (int a = 0; a < KA; a++) {
         const uint8_t* tp = ring + (size_t)s * STAGE + KA * XB + (wg * KA + a) * TILE + (warp & 3) * 1536 + lane * 16;
         const uint4 A0 = *reinterpret_cast<const uint4*>(tp), A1 = *reinterpret_cast<const uint4*>(tp + 512),
                     B = *reinterpret_cast<const uint4*>(tp + 1024);
-        fb[a][0] = decz(A0.x, A0.y, B.x, TL, TH);
-        fb[a][1] = decz(A0.z, A0.w, B.y, TL, TH);
-        fb[a][2] = decz(A1.x, A1.y, B.z, TL, TH);
-        fb[a][3] = decz(A1.z, A1.w, B.w, TL, TH);
+        f[a][0] = decz(A0.x, A0.y, B.x, TL, TH);
+        f[a][1] = decz(A0.z, A0.w, B.y, TL, TH);
+        f[a][2] = decz(A1.x, A1.y, B.z, TL, TH);
+        f[a][3] = decz(A1.z, A1.w, B.w, TL, TH);
       }
-    };
-    auto issue = [&](const uint4 (&fb)[KA][4], int i) {
-      const uint32_t sb = base + (i % ST) * STAGE;
       wg_pin(acc);
       wg_fence();
 #pragma unroll
       for (int a = 0; a < KA; a++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) wgmma_rs<NB>(acc, fb[a][j], wg_desc(sb + a * XB + 32 * j));
+        for (int j = 0; j < 4; j++) wgmma_rs<NB>(acc, f[a][j], wg_desc(sb + a * XB + 32 * j));
       wg_commit();
-    };
-    auto release = [&](int i) {  // stage i's wgmma are complete
+      wg_wait0();
+      wg_pin(acc);
       __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[i % ST]);
-    };
-    if (steps > 0) decode(f[0], 0);
-    for (int i = 0; i < steps; i += 2) {
-      issue(f[0], i);
-      wg_wait1();
-      wg_pin(acc);
-      if (i > 0) release(i - 1);
-      if (i + 1 >= steps) break;
-      decode(f[1], i + 1);
-      issue(f[1], i + 1);
-      wg_wait1();
-      wg_pin(acc);
-      release(i);
-      if (i + 2 < steps) decode(f[0], i + 2);
+      if (lane == 0) mbar_arrive(&empty[s]);
     }
-    wg_wait0();
-    wg_pin(acc);
-    if (steps > 0) release(steps - 1);
   }
   pdl_wait();
   __syncthreads();   // every stage consumed (the ring is free), ecorr complete
