@@ -1047,15 +1047,68 @@ __host__ __device__ constexpr size_t gemvt_smem(int NW, int ST, int NB, int KA, 
   return 1024 + (size_t)ST * KA * (16 * NW + 8 * NB) * 128 + (cl ? (size_t)(S - 1) * NW * NB * 32 * 16 : 0);
 }
 
+// ---- the ring shared by gemvt_kernel and gemvtz_kernel ------------------------------------------------------
+// The split, the barriers and the producer are shared. The consumer loops and the ends stay in each kernel: they
+// differ (wgmma from shared memory / decode into registers; the corrections), and a shared version changed
+// gemvtz_kernel's machine code, which was GPU-tested as it is (2026-12-01: the .text bytes of every instantiation
+// compared before and after).
+// Split-K in whole steps of KA 64-k groups, any S <= K / (64 KA): CTA sidx takes steps [sidx T / S, (sidx + 1) T / S).
+template <int KA>
+__device__ __forceinline__ void ring_slice(int K, int S, int sidx, int& steps, int& g0) {
+  const int T = K / (64 * KA), s0 = (int)((long)sidx * T / S);
+  steps = (int)((long)(sidx + 1) * T / S) - s0;
+  g0 = s0 * KA;
+}
+
+// full[s]: one arrival (the producer's expect_tx), completed by the copies' bytes; empty[s]: one arrival per consumer
+// warp. Made visible to the async proxy (TMA) before the CTA barrier. All threads call it.
+template <int ST>
+__device__ __forceinline__ void ring_init(unsigned long long* full, unsigned long long* empty, int consumers) {
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < ST; s++) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], consumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+}
+
+// The producer (one thread): the weights of the first min(ST, steps) stages before griddepcontrol.wait (they are
+// constant after prepare), then those stages' x, then one stage per slot the consumers free. load_w(sb, i, bar)
+// issues step i's weight copies into the stage at sb; x's KA boxes (64 k x 8 NB tokens) go to sb + xoff + a XB.
+template <int ST, int KA, typename LoadW>
+__device__ __forceinline__ void ring_produce(const CUtensorMap* tx, unsigned long long* full, unsigned long long* empty,
+                                             uint32_t base, uint32_t stage, uint32_t xoff, uint32_t XB, int steps,
+                                             int g0, LoadW load_w) {
+  const int pre = steps < ST ? steps : ST;
+  for (int i = 0; i < pre; i++) {
+    mbar_expect_tx(&full[i], stage);
+    load_w(base + i * stage, i, &full[i]);
+  }
+  pdl_wait();
+  for (int i = 0; i < pre; i++)
+#pragma unroll
+    for (int a = 0; a < KA; a++) tma_load_2d(base + i * stage + xoff + a * XB, tx, (g0 + i * KA + a) * 64, 0, &full[i]);
+  for (int i = ST; i < steps; i++) {
+    const int s = i % ST;
+    mbar_wait(&empty[s], ((i / ST) - 1) & 1);  // every consumer warp is done with the stage's last use
+    const uint32_t sb = base + s * stage;
+    mbar_expect_tx(&full[s], stage);
+    load_w(sb, i, &full[s]);
+#pragma unroll
+    for (int a = 0; a < KA; a++) tma_load_2d(sb + xoff + a * XB, tx, (g0 + i * KA + a) * 64, 0, &full[s]);
+  }
+}
+
 template <int NW, int ST, int NB, int KA>
 __global__ void __launch_bounds__(NW * 32 + 32, 1)
 gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap tx, bf16* __restrict__ out,
              float4* __restrict__ ws, int* __restrict__ sem, int M, int N, int K, int S, int cl) {
   static_assert(NW % 4 == 0 && NW >= 4 && NW <= 16, "NW: whole warpgroups");
   constexpr uint32_t TILE = 64 * 128, WB = 16 * NW * 128, XB = 8 * NB * 128, STAGE = KA * (WB + XB);
-  constexpr int NWG = NW / 4;
-  constexpr int R = NW, P = R * NB * 32, NT = NW * 32, J = NB;  // warp w's D = row block r = w
-  static_assert(P == J * NT, "one position per consumer thread and token block");
+  constexpr int NWG = NW / 4, P = NW * NB * 32;
   extern __shared__ uint8_t dsm[];
   __shared__ __align__(8) unsigned long long full[ST], empty[ST];
   const uint32_t dbase = smem_u32(dsm), base = (dbase + 1023u) & ~1023u;
@@ -1066,18 +1119,9 @@ gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap
   cluster_start<P>(cl, S);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int rg = blockIdx.x, sidx = blockIdx.y;
-  // split-K in whole steps, any S <= K / (64 KA): CTA sidx takes steps [sidx T / S, (sidx + 1) T / S)
-  const int T = K / (64 * KA), s0 = (int)((long)sidx * T / S), steps = (int)((long)(sidx + 1) * T / S) - s0;
-  const int atom0 = s0 * KA;
-  if (tid == 0) {
-#pragma unroll
-    for (int s = 0; s < ST; s++) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], NW);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the async proxy (TMA)
-  }
-  __syncthreads();
+  int steps, atom0;
+  ring_slice<KA>(K, S, sidx, steps, atom0);
+  ring_init<ST>(full, empty, NW);
 
   float acc[NB * 4];
 #pragma unroll
@@ -1093,25 +1137,7 @@ gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap
         for (int g = 0; g < NWG; g++)
           bulk_load(sb + g * KA * TILE, wt + (((size_t)rg * NWG + g) * KT + atom0 + i * KA) * TILE, KA * TILE, bar, pol);
       };
-      const int pre = steps < ST ? steps : ST;
-      for (int i = 0; i < pre; i++) {
-        mbar_expect_tx(&full[i], STAGE);
-        load_w(base + i * STAGE, i, &full[i]);
-      }
-      pdl_wait();
-      for (int i = 0; i < pre; i++)
-#pragma unroll
-        for (int a = 0; a < KA; a++)
-          tma_load_2d(base + i * STAGE + KA * WB + a * XB, &tx, (atom0 + i * KA + a) * 64, 0, &full[i]);
-      for (int i = ST; i < steps; i++) {
-        const int s = i % ST;
-        mbar_wait(&empty[s], ((i / ST) - 1) & 1);  // every consumer warp is done with the stage's last use
-        const uint32_t sb = base + s * STAGE;
-        mbar_expect_tx(&full[s], STAGE);
-        load_w(sb, i, &full[s]);
-#pragma unroll
-        for (int a = 0; a < KA; a++) tma_load_2d(sb + KA * WB + a * XB, &tx, (atom0 + i * KA + a) * 64, 0, &full[s]);
-      }
+      ring_produce<ST, KA>(&tx, full, empty, base, STAGE, KA * WB, XB, steps, atom0, load_w);
     }
   } else {
     const uint32_t wgoff = (uint32_t)(warp >> 2) * KA * TILE;  // this warpgroup's KA tiles of the stage
@@ -1135,6 +1161,8 @@ gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap
   }
   pdl_wait();        // out, ws and sem may belong to the previous kernel until here
   __syncthreads();   // every stage consumed: the ring's memory is free
+  constexpr int NT = NW * 32, J = NB;  // warp w's D = row block w of the CTA (R = NW below)
+  static_assert(P == J * NT, "one position per consumer thread and token block");
   float4* red = reinterpret_cast<float4*>(ring);
   if (warp < NW) {
 #pragma unroll
@@ -1145,7 +1173,7 @@ gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap
   float4 res[J];
 #pragma unroll
   for (int j = 0; j < J; j++) res[j] = tid < NT ? red[tid + j * NT] : make_float4(0.f, 0.f, 0.f, 0.f);
-  combine_store<false, true, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
+  combine_store<false, true, NB, NW, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
 
 // ---- gemvtz_kernel: PIPE 6 of the compressed path, the 12-bit stream in gemvt's TMA ring ----------------------
@@ -1205,7 +1233,7 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
   static_assert(NW == 4 || NW == 8, "NW: one or two warpgroups");
   constexpr int NWG = NW / 4, NTOK = 8 * NB;
   constexpr uint32_t TILE = 6144, XB = NTOK * 128, STAGE = KA * (XB + NWG * TILE);
-  constexpr int R = NW, P = R * NB * 32, NT = NW * 32, J = NB;  // warp w's D = row block r = w
+  constexpr int P = NW * NB * 32;
   constexpr int EC = 2;                                          // exception chunk: entries loaded together
   extern __shared__ uint8_t dsm[];
   __shared__ __align__(8) unsigned long long full[ST], empty[ST];
@@ -1218,17 +1246,9 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
   cluster_start<P>(cl, S);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int rg = blockIdx.x, sidx = blockIdx.y;
-  const int T = K / (64 * KA), s0 = (int)((long)sidx * T / S), steps = (int)((long)(sidx + 1) * T / S) - s0;
-  const int g0 = s0 * KA;  // first 64-group of the slice
-  if (tid == 0) {
-#pragma unroll
-    for (int s = 0; s < ST; s++) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], NW);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
+  int steps, g0;  // g0: first 64-group of the slice
+  ring_slice<KA>(K, S, sidx, steps, g0);
+  ring_init<ST>(full, empty, NW);
 
   float acc[NB * 4];
 #pragma unroll
@@ -1244,24 +1264,7 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
           bulk_load(sb + KA * XB + g * KA * TILE, wz + (((size_t)rg * NWG + g) * KG + g0 + i * KA) * TILE, KA * TILE,
                     bar, pol);
       };
-      const int pre = steps < ST ? steps : ST;
-      for (int i = 0; i < pre; i++) {
-        mbar_expect_tx(&full[i], STAGE);
-        load_w(base + i * STAGE, i, &full[i]);
-      }
-      pdl_wait();
-      for (int i = 0; i < pre; i++)
-#pragma unroll
-        for (int a = 0; a < KA; a++) tma_load_2d(base + i * STAGE + a * XB, &tx, (g0 + i * KA + a) * 64, 0, &full[i]);
-      for (int i = ST; i < steps; i++) {
-        const int s = i % ST;
-        mbar_wait(&empty[s], ((i / ST) - 1) & 1);
-        const uint32_t sb = base + s * STAGE;
-        mbar_expect_tx(&full[s], STAGE);
-        load_w(sb, i, &full[s]);
-#pragma unroll
-        for (int a = 0; a < KA; a++) tma_load_2d(sb + a * XB, &tx, (g0 + i * KA + a) * 64, 0, &full[s]);
-      }
+      ring_produce<ST, KA>(&tx, full, empty, base, STAGE, 0, XB, steps, g0, load_w);
     }
   } else if (warp > NW) {
     // one lane a row: row rl of the CTA's 16 NW, every token; the side table is constant (read before the wait)
@@ -1326,6 +1329,7 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
   }
   pdl_wait();
   __syncthreads();   // every stage consumed (the ring is free), ecorr complete
+  constexpr int NT = NW * 32, J = NB;
   float4* red = reinterpret_cast<float4*>(ring);
   if (warp < NW) {
 #pragma unroll
@@ -1346,7 +1350,7 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
       res[j] = make_float4(v.x + e0[0], v.y + e0[1], v.z + e1[0], v.w + e1[1]);
     }
   }
-  combine_store<false, true, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
+  combine_store<false, true, NB, NW, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
 
 // ---- launch --------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ on first use, so this sweep's time is mostly compilation. Winners go to tables/t
 import argparse
 import datetime
 import hashlib
+import itertools
 import os
 import sys
 import time
@@ -86,20 +87,12 @@ def instances(nbs, duals, paths=("plain", "compressed"), nws=NWS, tma=True):
                         regs = frags + (8 * ug * nb * xbufs if pipelined else 8 * nb) + 4 * r * nb + 16
                         if regs <= 200 and sub.smem_bytes(nw, nb, r, True) <= sub.SMEM_LIMIT:
                             out.append(("gemvz", (nw, ug, nb, r, pipe)))
-    if "plain" in paths and False in duals and tma:
-        for nw in TMA_NWS:
-            for nb in nbs:
-                for st in TMA_STS:
-                    for ka in TMA_KAS:
-                        if sub.gemvt_smem(nw, st, nb, ka) <= sub.TMA_SMEM_LIMIT:
-                            out.append(("gemv", (nw, st, nb, ka, False, 6)))
-    if "compressed" in paths and False in duals and tma:
-        for nw in TMA_NWS:
-            for nb in nbs:
-                for st in TMA_STS:
-                    for ka in TMA_KAS:
-                        if sub.gemvtz_smem(nw, st, nb, ka) <= sub.TMA_SMEM_LIMIT:
-                            out.append(("gemvz", (nw, st, nb, ka, 6)))
+    # PIPE 6 (the TMA ring: gemvt_kernel / gemvtz_kernel), bf16 weights only
+    for path, kind, smem in (("plain", "gemv", sub.gemvt_smem), ("compressed", "gemvz", sub.gemvtz_smem)):
+        if tma and path in paths and False in duals:
+            for nw, nb, st, ka in itertools.product(TMA_NWS, nbs, TMA_STS, TMA_KAS):
+                if smem(nw, st, nb, ka) <= sub.TMA_SMEM_LIMIT:
+                    out.append((kind, (nw, st, nb, ka, False, 6) if kind == "gemv" else (nw, st, nb, ka, 6)))
     return out
 
 

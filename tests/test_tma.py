@@ -46,21 +46,24 @@ def suite():
     return judge.Suite(S, torch.device(DEV), log=lambda s: None)
 
 
-def configs(name, m):
-    """PIPE 6 configs that fit (name, m): NW 4 and 8, (4 stages, 1 atom) and (8 stages, 2 atoms), at the S that
-    gives about two CTAs per SM with the cluster (cl=2) and with the ticket (cl=0), and S = 1."""
+def configs(name, m, compressed=False):
+    """PIPE 6 configs that fit (name, m): NW 4 and 8, two (stages, 64-k groups a stage) pairs, at the power-of-two
+    S that comes closest below a target CTA count (plain: two CTAs per SM; compressed: one) with the cluster (cl=2)
+    and with the ticket (cl=0), S = 1, and an uneven S (3/2 of that one: it does not divide K / 64)."""
     d = judge.LAYERS[name]
+    cls, fits = (S.GemvzConfig, S.gemvz_fits) if compressed else (S.GemvConfig, S.gemv_fits)
+    sts, target = (((4, 1), (6, 2)), 132) if compressed else (((4, 1), (8, 2)), 264)
     out = []
     for nw in (4, 8):
-        for st, ka in ((4, 1), (8, 2)):
-            base = S.GemvConfig(nw=nw, s=1, u=st, r=ka, pipe=6, pf=0, pdl=1, cl=0)
+        for st, ka in sts:
+            base = cls(nw, 1, st, ka, 6, 0, 1, 0)
             s = 1
-            while d["N"] // (16 * nw) * s < 264 and not S.gemv_fits(base._replace(s=2 * s), d["N"], d["K"], m):
+            while d["N"] // (16 * nw) * s < target and not fits(base._replace(s=2 * s), d["N"], d["K"], m):
                 s *= 2
-            s3 = 3 * s // 2 if s > 1 else 3                                  # uneven: S does not divide K / 64
-            for c in (base._replace(s=s, cl=2 if s > 1 else 0), base._replace(s=s, cl=0), base, base._replace(s=s3, cl=0),
-                      base._replace(s=s3, cl=2)):
-                if not S.gemv_fits(c, d["N"], d["K"], m) and c not in out:
+            s3 = 3 * s // 2 if s > 1 else 3
+            uneven = (base._replace(s=s3, cl=2),) if compressed else (base._replace(s=s3, cl=0), base._replace(s=s3, cl=2))
+            for c in (base._replace(s=s, cl=2 if s > 1 else 0), base._replace(s=s, cl=0), base) + uneven:
+                if not fits(c, d["N"], d["K"], m) and c not in out:
                     out.append(c)
     return out
 
@@ -110,22 +113,7 @@ def test_pipe6_plans_pack_tiles_only(tma_ext):
 
 
 def zconfigs(name, m):
-    """Compressed PIPE 6 configs that fit (name, m): NW 4 and 8, (4 stages, 1 group) and (6 stages, 2 groups), at
-    the S for about one CTA per SM with the cluster and the ticket, an uneven S, and S = 1."""
-    d = judge.LAYERS[name]
-    out = []
-    for nw in (4, 8):
-        for st, ka in ((4, 1), (6, 2)):
-            base = S.GemvzConfig(nw=nw, s=1, ug=st, r=ka, pipe=6, pf=0, pdl=1, cl=0)
-            s = 1
-            while d["N"] // (16 * nw) * s < 132 and not S.gemvz_fits(base._replace(s=2 * s), d["N"], d["K"], m):
-                s *= 2
-            s3 = 3 * s // 2 if s > 1 else 3
-            for c in (base._replace(s=s, cl=2 if s > 1 else 0), base._replace(s=s, cl=0), base,
-                      base._replace(s=s3, cl=2)):
-                if not S.gemvz_fits(c, d["N"], d["K"], m) and c not in out:
-                    out.append(c)
-    return out
+    return configs(name, m, compressed=True)
 
 
 @pytest.mark.parametrize("name", NAMES)
