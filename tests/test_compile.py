@@ -120,3 +120,24 @@ def test_pdl_probe_sizes_are_whole_batches():
             pp.batches("odd")
     finally:
         del pp.SIZES["odd"]
+
+
+@needs_nvcc
+def test_same_code_tool_tells_identical_from_changed_machine_code(tmp_path):
+    # tools/same_code.py: a refactor of GPU-tested kernels ships without a device run only if the code is the same
+    import pathlib
+    import sys
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
+    import same_code
+    insts = [("gemv", (4, 4, 4, 2, False, 6))]
+    src = submission.KERNEL_SRC
+    changed = src.replace("createpolicy.fractional.L2::evict_first", "createpolicy.fractional.L2::evict_last")
+    assert changed != src
+    runs = []
+    for i, s in enumerate((src, src, changed)):
+        d = tmp_path / str(i)
+        d.mkdir()
+        runs.append(same_code.kernel_text(s, insts, submission.NVCC_FLAGS, str(d)))
+    (name,) = [k for k in runs[0] if "gemvt_kernel" in k]
+    assert runs[0][name] == runs[1][name]
+    assert runs[0][name] != runs[2][name]
