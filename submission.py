@@ -2551,7 +2551,11 @@ class Layer:
             p = self.plans[ms[i]]
             rng = f"m={ms[i]}" if i == j else f"m={ms[i]}..{ms[j]}"
             cfg = "" if p.config is None else f" {p.config}"
-            lines.append(f"  {rng:<9} {p.path}{cfg}  [{p.why}]")
+            kern = ""
+            if p.path in ("plain", "compressed"):
+                kern = {("plain", True): " gemvt_kernel (TMA ring)", ("compressed", True): " gemvtz_kernel (TMA ring)",
+                        ("plain", False): " gemv_kernel", ("compressed", False): " gemvz_kernel"}[(p.path, p.config.pipe == 6)]
+            lines.append(f"  {rng:<9} {p.path}{kern}{cfg}  [{p.why}]")
             i = j + 1
         lines.append(f"  m>{MAX_M}      fallback torch.nn.functional.linear  [m > {MAX_M}]")
         return "\n".join(lines)

@@ -224,6 +224,18 @@ def test_describe_names_every_m_path():
     assert "m=1..32" in d and "fallback" in d and "m>32" in d
 
 
+def test_describe_names_the_kernel_of_each_plan():
+    L = _cpu_layer(256, 1024)
+    t6 = S.GemvConfig(nw=4, s=2, u=4, r=2, pipe=6, pf=0)
+    z3 = S.GemvzConfig(nw=4, s=2, ug=1, r=1, pipe=3, pf=0)
+    L.plans[1:9] = [S.PlanEntry("compressed", z3, "test")] * 8
+    L.plans[17:33] = [S.PlanEntry("plain", t6, "test")] * 16
+    L.z_note = "not tried"
+    d = L.describe()
+    assert "m=1..8" in d and "compressed gemvz_kernel GemvzConfig(" in d
+    assert "m=17..32" in d and "plain gemvt_kernel (TMA ring) GemvConfig(" in d
+
+
 # ---- judge helpers ---------------------------------------------------------------------------------
 def test_judge_checkers_catch_a_planted_unwritten_element_and_a_lossy_weight():
     w = judge.trained_like(32, 128, 1)
