@@ -1190,7 +1190,8 @@ gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap
 //   correction lanes: row r's exceptions in the CTA's K slice, in k order, times x[tok][k] (tok < M) -> ecorr
 //   end: D + ecorr -> split-K combine (gemv_kernel's) -> store
 // An out-of-window weight decodes to a fixed in-window value v; prepare verified fl32(v + correction) == W.
-// dbg & 1 skips the corrections. Lab: labs/lab3_compress.py (format, decz), labs/lab6_tma.py (ring, swizzle).
+// dbg & 1 skips the corrections. Lab: labs/lab3_compress.py (format, decz), labs/lab6_tma.py (ring, swizzle, and this
+// kernel in miniature: pack_tz, the fragments, the correction lanes, part 4).
 template <int NB>
 __device__ __forceinline__ void wgmma_rs(float (&d)[NB * 4], uint4 a, uint64_t db) {
   if constexpr (NB == 4) {
@@ -2696,7 +2697,9 @@ def pack_tz(w):
     decode verified on the GPU against that matrix bit for bit (verify_z), the side table's k mapped back to the
     natural column (ascending again within each row), and the stream regrouped into tiles of 4 row blocks x one
     64-group: [N/64, K/64, 4 * 1536] uint8, so a warpgroup's groups of one stage are one bulk copy.
-    Raises ValueError if the shape does not tile or the decode check fails."""
+    Raises ValueError if the shape does not tile or the decode check fails. The decode check needs the GPU (the
+    kernel's own decz): on a CPU tensor it is skipped, and labs/lab6_tma.py (part 4, tests/test_lab6.py) stands in.
+    Lab: labs/lab6_tma.py, pack_tz_np and gemvtz_emulate."""
     N, K = w.shape
     if N % 64 or K % 64:
         raise ValueError(f"pack_tz needs N % 64 == 0 and K % 64 == 0, got N={N}, K={K}")

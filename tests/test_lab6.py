@@ -257,3 +257,163 @@ def test_plain_pipe6_fits_rules():
     assert submission.gemv_fits(c._replace(s=3), 4096, 8192, 32) is None
     assert "S=129" in submission.gemv_fits(c._replace(s=129, cl=0), 4096, 8192, 32)
     assert "shared memory" in submission.gemv_fits(c._replace(nw=8, u=12, r=2), 4096, 8192, 32)
+
+
+# ---- lab 6 part 4: the compressed PIPE 6 in miniature (pack_tz_np, gemvtz_emulate) --------------------------
+_OUTLIERS = [(3, 40, 0x3F40), (17, 130, 0xBFC0), (40, 5, 0x4100), (40, 70, 0xC0C0)]     # 0.75, -1.5, 8, -6
+
+
+def _tz_args(z):
+    """pack_tz's ZPack (torch, CPU) -> gemvtz_emulate's first five arguments, as numpy."""
+    return z.stream.numpy(), z.eptr.numpy(), z.esc.numpy(), z.TL, z.TH
+
+
+def test_lab6_part4_prints_its_verifications():
+    p = subprocess.run([sys.executable, str(LABS / "lab6_tma.py")], cwd=REPO, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, f"lab6 exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    for line in ("verified: tz_perm (lab3.frag_pos + the m16n8k16 A layout) is a permutation of each 64-group",
+                 "verified: tile row block rb at rb*1536, decoded (decz) and un-permuted, plus the natural-k",
+                 "verified: gemvtz_emulate M=17 NW=4 KA=1 S=3: within the SPEC tolerance",
+                 "verified: probe on exception column 200: y[5] == W[:, 200] bit for bit",
+                 "verified: probe on column 200 with the corrections skipped (dbg & 1) is wrong in exactly rows [3]",
+                 "verified: negative: the unpermuted stream (lab3's pack_z order) with x in natural order fails",
+                 "lab6: all checks passed"):
+        assert line in p.stdout, line
+
+
+@pytest.mark.parametrize("K", [64, 256, 1024])
+def test_tz_perm_equals_tma_kperm(K):
+    assert np.array_equal(lab6.tz_perm(K), submission.tma_kperm(K).numpy())
+
+
+@pytest.mark.parametrize("N,K,plants", [
+    (64, 128, [(3, 5, 0x7F80)]),                                          # +Inf
+    (128, 512, _OUTLIERS + [(64, 300, 0x7F00), (65, 301, 0xFF7F)]),       # large finite of both signs
+    (192, 256, [(7, 9, 0x0001), (100, 200, 0x8040), (150, 3, 0x7FC1)]),   # subnormals, NaN: zero-class mode
+    (64, 192, None),                                                      # random bits: ~93% exceptions
+])
+def test_pack_tz_np_matches_pack_tz(N, K, plants):
+    W = _bits(N * K, (N, K)) if plants is None else lab6.planted_np(N, K, N + K, plants)
+    got = submission.pack_tz(_bf16(W))             # CPU tensor: pack_tz skips its GPU decode check
+    want = lab6.pack_tz_np(W)
+    assert got.stream.shape == want["stream"].shape == (N // 64, K // 64, 6144)
+    assert np.array_equal(got.stream.numpy(), want["stream"])
+    assert np.array_equal(got.eptr.numpy(), want["eptr"])
+    assert np.array_equal(got.esc.numpy(), want["esc"])
+    assert (int(got.TL), int(got.TH)) == (int(want["TL"]), int(want["TH"]))
+    assert (got.n_exc, got.capr, got.mode, list(got.window), list(got.exc_cols)) == \
+        (want["n_exc"], want["capr"], want["mode"], list(want["window"]), want["exc_cols"])
+    for _, k, b in plants or []:                    # a planted class outside the window is an exception
+        assert (k in want["exc_cols"]) or ((b >> 8) & 0x7F) in want["window"], (k, hex(b))
+    if plants and any(b & 0x7F80 == 0 for _, _, b in plants):
+        assert want["mode"] == "zero-class" and 0 in want["window"]         # subnormals: v + c cannot restore them
+
+
+def test_pack_tz_np_refuses_shapes_not_multiple_of_64():
+    with pytest.raises(ValueError, match="N % 64 == 0 and K % 64 == 0"):
+        lab6.pack_tz_np(_bits(1, (48, 128)))
+
+
+@pytest.mark.parametrize("N,K,M,nw,ka,s,plants", [
+    (128, 512, 1, 4, 1, 1, _OUTLIERS),
+    (128, 512, 9, 8, 2, 3, _OUTLIERS),            # T = 4 steps over 3 CTAs: 1, 1, 2
+    (192, 640, 17, 4, 1, 3, _OUTLIERS),           # T = 10: 3, 3, 4
+    (256, 1024, 32, 8, 2, 3, _OUTLIERS),          # T = 8: 2, 3, 3
+    (128, 512, 32, 4, 2, 4, _OUTLIERS),           # one step a CTA
+    (128, 1024, 9, 4, 1, 16, _OUTLIERS),          # one group a CTA
+    (128, 512, 17, 8, 1, 3, _OUTLIERS + [(90, 77, 0x0001), (91, 500, 0x8003)]),   # subnormals: zero-class mode
+])
+def test_gemvtz_emulate_within_spec_tolerance(N, K, M, nw, ka, s, plants):
+    rng = np.random.default_rng(N * K + M)
+    W = lab6.planted_np(N, K, M, plants)
+    x = lab6.bf16_normal(rng, (M, K))
+    z = submission.pack_tz(_bf16(W))
+    assert z.n_exc >= len(plants)
+    y = lab6.gemvtz_emulate(*_tz_args(z), x, N, K, nw, ka, s)
+    ok, worst = lab6.check_close_np(y, _ref(x, W))
+    assert ok, worst
+    judge.check_close(_bf16(y), torch.from_numpy(_ref(x, W)), False, f"lab6 gemvtz M={M} NW={nw} KA={ka} S={s}")
+
+
+@pytest.mark.parametrize("r0,k,b,more", [
+    (3, 200, 0x7F00, []),                         # 1.7e38: finite, so 0 * W stays 0 in the other columns
+    (70, 450, 0xC0C0, []),                        # -6
+    (101, 33, 0xFF7F, []),                        # -max finite
+    (20, 301, 0x7F00, [(21, 302, 0x0001)]),       # a subnormal elsewhere: zero-class mode, v = +0, c = W
+])
+@pytest.mark.parametrize("nw,ka,s", [(4, 1, 3), (8, 2, 2)])
+def test_one_hot_probe_on_exception_column_exact_with_corrections_wrong_without(r0, k, b, more, nw, ka, s):
+    N, K, M, tok = 128, 512, 9, 5
+    W = lab6.planted_np(N, K, 21, [(r0, k, b)] + more)
+    z = submission.pack_tz(_bf16(W))
+    assert z.mode == ("zero-class" if more else "8-class")
+    eptr, esc = z.eptr.numpy(), z.esc.numpy()
+    rows = [r for r in range(N) if k in esc[eptr[r]:eptr[r + 1], 0]]
+    assert r0 in rows
+    assert not (W[:, k] == 0x8000).any()           # -0 would come back +0 (the accumulators start at +0)
+    x = np.zeros((M, K), np.uint16)
+    x[tok, k] = 0x3F80
+    y = lab6.gemvtz_emulate(*_tz_args(z), x, N, K, nw, ka, s)
+    assert np.array_equal(y[tok], W[:, k])
+    assert not np.delete(y, tok, axis=0).any()
+    y0 = lab6.gemvtz_emulate(*_tz_args(z), x, N, K, nw, ka, s, corrections=False)
+    assert np.flatnonzero(y0[tok] != W[:, k]).tolist() == rows      # wrong exactly in the exception rows
+    assert np.array_equal(np.delete(y0[tok], rows), np.delete(W[:, k], rows))
+
+
+def test_probe_needs_the_natural_k_side_table():
+    N, K, k = 128, 512, 200                         # tz_perm(512)[200] != 200: the stream column differs
+    W = lab6.planted_np(N, K, 21, [(3, k, 0x7F00)])
+    perm = lab6.tz_perm(K)
+    assert perm[k] != k
+    z = lab6.pack_tz_np(W)
+    zs = lab3.pack_z_np(W[:, perm])                 # same stream; the side table still in stream columns
+    x = np.zeros((1, K), np.uint16)
+    x[0, k] = 0x3F80
+    args = (z["stream"], z["eptr"], z["esc"], z["TL"], z["TH"])
+    assert np.array_equal(lab6.gemvtz_emulate(*args, x, N, K, 4, 1, 3)[0], W[:, k])
+    bad = lab6.gemvtz_emulate(z["stream"], zs["eptr"], zs["esc"], z["TL"], z["TH"], x, N, K, 4, 1, 3)[0]
+    assert bad[3] != W[3, k]
+
+
+def test_inf_weight_propagates_like_the_reference():
+    N, K, M = 128, 256, 3
+    W = lab6.planted_np(N, K, 5, [(3, 5, 0x7F80)] + _OUTLIERS)          # +Inf: an exception with c = +Inf
+    z = submission.pack_tz(_bf16(W))
+    x = lab6.bf16_normal(np.random.default_rng(5), (M, K))
+    y = lab6.gemvtz_emulate(*_tz_args(z), x, N, K, 4, 1, 3)
+    with np.errstate(invalid="ignore"):             # Inf - Inf in the reference and the check
+        ok, worst = lab6.check_close_np(y, _ref(x, W))
+        assert ok, worst
+        assert np.isinf(lab6.bf16_to_f32(y[:, 3])).all()
+        # a one-hot probe on another column: 0 * Inf = NaN in row 3, as in the float64 reference; the rest exact
+        x = np.zeros((1, K), np.uint16)
+        x[0, 40] = 0x3F80
+        y = lab6.gemvtz_emulate(*_tz_args(z), x, N, K, 4, 1, 3)
+        assert np.isnan(lab6.bf16_to_f32(y[0, 3])) and np.isnan(_ref(x, W)[0, 3])
+    assert np.array_equal(np.delete(y[0], 3), np.delete(W[:, 40], 3))
+
+
+def test_unpermuted_stream_fails_the_tolerance():
+    N, K, M = 128, 512, 5
+    rng = np.random.default_rng(6)
+    W = lab6.planted_np(N, K, 6, _OUTLIERS)
+    x = lab6.bf16_normal(rng, (M, K))
+    z = lab6.pack_tz_np(W, kperm=False)             # lab3's pack_z order, regrouped into tiles, natural-k table
+    y = lab6.gemvtz_emulate(z["stream"], z["eptr"], z["esc"], z["TL"], z["TH"], x, N, K, 4, 1, 3)
+    ok, worst = lab6.check_close_np(y, _ref(x, W))
+    assert not ok and worst > 1
+    with pytest.raises(judge.CheckFailed):
+        judge.check_close(_bf16(y), torch.from_numpy(_ref(x, W)), False, "unpermuted stream")
+    zp = lab6.pack_tz_np(W)                         # the same W and x through the permuted stream pass
+    assert lab6.check_close_np(lab6.gemvtz_emulate(zp["stream"], zp["eptr"], zp["esc"], zp["TL"], zp["TH"], x, N, K,
+                                                   4, 1, 3), _ref(x, W))[0]
+
+
+@pytest.mark.parametrize("N,K,M,nw,ka,s", [(64, 256, 1, 8, 1, 1), (128, 256, 1, 16, 1, 1), (128, 256, 1, 6, 1, 1),
+                                           (128, 192, 1, 4, 2, 1), (128, 256, 1, 4, 1, 5), (128, 256, 33, 4, 1, 1)])
+def test_gemvtz_emulate_refuses_configs_that_do_not_fit(N, K, M, nw, ka, s):
+    with pytest.raises(ValueError, match="does not fit"):
+        lab6.gemvtz_emulate(np.zeros((N // 64, K // 64, 6144), np.uint8), np.zeros(N + 1, np.int32),
+                            np.zeros((1, 2), np.int32), 0, 0, np.zeros((M, K), np.uint16), N, K, nw, ka, s)
