@@ -159,10 +159,12 @@ ZTABLE = {
 # sm_90, on a CPU machine); BIND_SRC is the torch glue, compiled by the host compiler.
 # ===================================================================================================
 KERNEL_SRC = r"""
-// MUSE BF16 GEMV kernels for sm_90.
+// MUSE BF16 GEMV kernels for sm_90a (an H100 / H200: wgmma is arch-specific).
 // defines: ld_stream, ld_x, mma16816, prmt, lop3_or_and, pdl_trigger, pdl_wait, decz, prefetch_l2,
 //          load_wbatch, load_zbatch, sum_warps, mma_zgroup, splitk_combine, store_tile, gemv_kernel, gemvz_kernel,
-//          unpackz_kernel, launch_pdl, gemv_dispatch, gemvz_dispatch, gemv_attrs, gemvz_attrs, unpackz_launch
+//          unpackz_kernel, mbar_*, bulk_load, tma_load_2d, wg_*, wgmma_ss, wgmma_rs, ring_slice, ring_init,
+//          ring_produce, gemvt_kernel, gemvtz_kernel, make_tmap, launch_gemv, launch_gemvz, launch_pdl,
+//          gemv_dispatch, gemvz_dispatch, gemv_attrs, gemvz_attrs, unpackz_launch
 #include <cuda.h>  // CUtensorMap (gemvt_kernel's TMA descriptors; the driver entry point is fetched at run time)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -938,7 +940,7 @@ __global__ void unpackz_kernel(const uint4* __restrict__ w, uint16_t* __restrict
   }
 }
 
-// ---- gemvt_kernel: PIPE 6 of the plain path, TMA + warpgroup MMA over the natural [N, K] weight ------------
+// ---- gemvt_kernel: PIPE 6 of the plain path, a TMA ring of weight tiles and x, warpgroup MMA ---------------
 // Contract: x bf16 [M, K] row-major, reached through a 2-D TMA descriptor (box 64 k x 8 NB tokens, 128-byte
 // swizzle; rows past M read as zeros); wt = pack_tma's tiles: [N/64][K/64][64 rows][64 k], each 8 KB tile already
 // in the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r & 7)), so one bulk copy of contiguous bytes
