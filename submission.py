@@ -172,6 +172,7 @@ KERNEL_SRC = r"""
 #include <stdint.h>
 
 #include <mutex>
+#include <utility>
 #include <vector>
 
 typedef __nv_bfloat16 bf16;
@@ -1078,16 +1079,19 @@ __device__ __forceinline__ void ring_init(unsigned long long* full, unsigned lon
 }
 
 // The producer (one thread): the weights of the first min(ST, steps) stages before griddepcontrol.wait (they are
-// constant after prepare), then those stages' x, then one stage per slot the consumers free. load_w(sb, i, bar)
-// issues step i's weight copies into the stage at sb; x's KA boxes (64 k x 8 NB tokens) go to sb + xoff + a XB.
+// constant after prepare), then those stages' x, then one stage per slot the consumers free. load_w(sb, i, bar,
+// pol) issues step i's weight copies into the stage at sb with the L2 policy pol (evict_first); x's KA boxes
+// (64 k x 8 NB tokens) go to sb + xoff + a XB.
 template <int ST, int KA, typename LoadW>
 __device__ __forceinline__ void ring_produce(const CUtensorMap* tx, unsigned long long* full, unsigned long long* empty,
                                              uint32_t base, uint32_t stage, uint32_t xoff, uint32_t XB, int steps,
                                              int g0, LoadW load_w) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(tx)) : "memory");
+  const uint64_t pol = policy_evict_first();   // weights are read once: x and the workspace stay in L2
   const int pre = steps < ST ? steps : ST;
   for (int i = 0; i < pre; i++) {
     mbar_expect_tx(&full[i], stage);
-    load_w(base + i * stage, i, &full[i]);
+    load_w(base + i * stage, i, &full[i], pol);
   }
   pdl_wait();
   for (int i = 0; i < pre; i++)
@@ -1098,7 +1102,7 @@ __device__ __forceinline__ void ring_produce(const CUtensorMap* tx, unsigned lon
     mbar_wait(&empty[s], ((i / ST) - 1) & 1);  // every consumer warp is done with the stage's last use
     const uint32_t sb = base + s * stage;
     mbar_expect_tx(&full[s], stage);
-    load_w(sb, i, &full[s]);
+    load_w(sb, i, &full[s], pol);
 #pragma unroll
     for (int a = 0; a < KA; a++) tma_load_2d(sb + xoff + a * XB, tx, (g0 + i * KA + a) * 64, 0, &full[s]);
   }
@@ -1130,11 +1134,9 @@ gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap
   for (int i = 0; i < NB * 4; i++) acc[i] = 0.f;
   if (warp == NW) {
     if (lane == 0) {
-      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tx)) : "memory");
-      const uint64_t pol = policy_evict_first();
       const size_t KT = K / 64;
       // warpgroup g's KA tiles of step i: contiguous in wt, to its part of the stage
-      auto load_w = [&](uint32_t sb, int i, unsigned long long* bar) {
+      auto load_w = [&](uint32_t sb, int i, unsigned long long* bar, uint64_t pol) {
 #pragma unroll
         for (int g = 0; g < NWG; g++)
           bulk_load(sb + g * KA * TILE, wt + (((size_t)rg * NWG + g) * KT + atom0 + i * KA) * TILE, KA * TILE, bar, pol);
@@ -1258,10 +1260,8 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
   for (int i = 0; i < NB * 4; i++) acc[i] = 0.f;
   if (warp == NW) {
     if (lane == 0) {
-      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tx)) : "memory");
-      const uint64_t pol = policy_evict_first();
       const size_t KG = K / 64;
-      auto load_w = [&](uint32_t sb, int i, unsigned long long* bar) {
+      auto load_w = [&](uint32_t sb, int i, unsigned long long* bar, uint64_t pol) {
 #pragma unroll
         for (int g = 0; g < NWG; g++)
           bulk_load(sb + KA * XB + g * KA * TILE, wz + (((size_t)rg * NWG + g) * KG + g0 + i * KA) * TILE, KA * TILE,
@@ -1357,20 +1357,32 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
 }
 
 // ---- launch --------------------------------------------------------------------------------------
-// Clusters above 8 CTAs are non-portable on sm_90: the kernel must opt in before such a launch. Done once per
-// kernel and remembered (a host-side call: nothing for a graph to capture; kernel_fn's first eager call makes it).
-static int allow_nonportable_clusters(const void* f) {
+// Per-kernel opt-ins, made once per kernel and remembered (host-side calls: nothing for a graph to capture;
+// kernel_fn's first eager call makes them):
+//   OPT_CLUSTERS:  clusters above 8 CTAs are non-portable on sm_90, the kernel must allow them before such a launch
+//   OPT_LARGE_SMEM: a TMA ring above 48 KB needs the dynamic shared memory opt-in: set to the most the SM allows
+//                   beside the kernel's static shared memory (227 KB per CTA in all)
+enum OptIn { OPT_CLUSTERS, OPT_LARGE_SMEM };
+static int opt_in_once(const void* f, OptIn what) {
   static std::mutex mu;
-  static std::vector<const void*> done;
+  static std::vector<std::pair<const void*, OptIn>> done;
   std::lock_guard<std::mutex> lock(mu);
-  for (const void* d : done)
-    if (d == f) return 0;
-  const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  for (const auto& d : done)
+    if (d.first == f && d.second == what) return 0;
+  cudaError_t e;
+  if (what == OPT_CLUSTERS) {
+    e = cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  } else {
+    cudaFuncAttributes a;
+    e = cudaFuncGetAttributes(&a, f);
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024 - (int)a.sharedSizeBytes);
+  }
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     return (int)e;
   }
-  done.push_back(f);
+  done.emplace_back(f, what);
   return 0;
 }
 
@@ -1392,7 +1404,7 @@ static int launch_pdl(void (*kern)(KArgs...), dim3 grid, dim3 block, cudaStream_
   }
   if (cluster_y > 1) {  // clusters of cluster_y CTAs along y (more than 8 is a non-portable size on sm_90)
     if (cluster_y > 8) {
-      const int e = allow_nonportable_clusters((const void*)kern);
+      const int e = opt_in_once((const void*)kern, OPT_CLUSTERS);
       if (e) return e;
     }
     attr[n].id = cudaLaunchAttributeClusterDimension;
@@ -1451,26 +1463,6 @@ static int make_tmap(CUtensorMap* m, const void* p, int rows, int K, int box_row
   return r == CUDA_SUCCESS ? 0 : (int)cudaErrorInvalidValue;
 }
 
-// A ring above 48 KB needs the kernel's opt-in to the dynamic shared memory it asks for: set once per kernel to the
-// most the SM allows beside its static shared memory (227 KB per CTA in all), remembered.
-static int allow_large_smem(const void* f) {
-  static std::mutex mu;
-  static std::vector<const void*> done;
-  std::lock_guard<std::mutex> lock(mu);
-  for (const void* d : done)
-    if (d == f) return 0;
-  cudaFuncAttributes a;
-  cudaError_t e = cudaFuncGetAttributes(&a, f);
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024 - (int)a.sharedSizeBytes);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return (int)e;
-  }
-  done.push_back(f);
-  return 0;
-}
-
 // One C3 line: PIPE 0..5 launch gemv_kernel; PIPE 6 gemvt_kernel<NW, ST = U, NB, KA = R> over pack_tma's tiles w.
 template <int NW, int U, int NB, int R, bool D, int P>
 static int launch_gemv(const void* x, const void* w, const void* w2, void* out, void* ws, void* sem, int M, int N,
@@ -1478,7 +1470,7 @@ static int launch_gemv(const void* x, const void* w, const void* w2, void* out, 
   if constexpr (P == 6) {
     static_assert(!D && NW % 4 == 0, "PIPE 6: bf16 weights, whole warpgroups");
     const void* f = (const void*)gemvt_kernel<NW, U, NB, R>;
-    int e = allow_large_smem(f);
+    int e = opt_in_once(f, OPT_LARGE_SMEM);
     if (e) return e;
     CUtensorMap tx;
     if ((e = make_tmap(&tx, x, M, K, 8 * NB))) return e;
@@ -1505,7 +1497,7 @@ static int launch_gemvz(const void* x, const void* w, const void* eptr, const vo
   if constexpr (P == 6) {
     static_assert(NW == 4 || NW == 8, "compressed PIPE 6: NW 4 or 8");
     const void* f = (const void*)gemvtz_kernel<NW, U, NB, R>;
-    int e = allow_large_smem(f);
+    int e = opt_in_once(f, OPT_LARGE_SMEM);
     if (e) return e;
     CUtensorMap tx;
     if ((e = make_tmap(&tx, x, M, K, 8 * NB))) return e;
@@ -2241,23 +2233,32 @@ def gemvt_smem(nw, st, nb, ka, s=1, cl=0):
     return 1024 + st * ka * (16 * nw + 8 * nb) * 128 + ((s - 1) * nw * nb * 32 * 16 if cl else 0)
 
 
+def _ring_fits(cfg, N, K, stages, dsmem, nws, what):
+    """The rules of both TMA-ring kernels (PIPE 6: gemvt_kernel, gemvtz_kernel): nw consumer warps in nws (whole
+    warpgroups), at least one stage of at least one 64-k group, 16 nw rows a CTA, any S up to K / (64 r) (the
+    slices need not be equal), no pf (the ring is the prefetch), and the dynamic shared memory dsmem plus the static
+    mbarriers (16 B a stage + 16) within the opt-in limit; then the split-K rules every config shares."""
+    if cfg.nw not in nws or stages < 1 or cfg.r < 1:
+        return f"{what} needs NW {' or '.join(map(str, nws))} (whole warpgroups) and stages, R (groups) >= 1: {cfg}"
+    if N % (16 * cfg.nw) or K % (64 * cfg.r) or not 1 <= cfg.s <= K // (64 * cfg.r):
+        return (f"{what}: N={N} not a multiple of 16*NW={16 * cfg.nw}, or K={K} not a multiple of "
+                f"64*R={64 * cfg.r}, or S={cfg.s} not in 1..K/(64*R) (S need not divide K)")
+    if cfg.pf:
+        return f"{what} has no L2 prefetch field (pf must be 0): its ring is the prefetch"
+    smem = dsmem + 16 * stages + 16
+    if smem > TMA_SMEM_LIMIT:
+        return f"{what}: shared memory {smem} B > {TMA_SMEM_LIMIT}"
+    return _split_fits(cfg, 0)
+
+
 def gemv_fits(cfg, N, K, m, dual=False):
     """Why a plain config cannot run this shape, or None if it can."""
     nb, KB = nb_of(m), K // 32
     if cfg.pipe == 6:   # gemvt_kernel: nw consumer warps (16 nw rows a CTA), u stages, r 64-k atoms a stage
         if dual:
             return "PIPE 6 (TMA + wgmma) takes bf16 weights only, not the DUAL router"
-        if cfg.nw % 4 or not 4 <= cfg.nw <= 16 or cfg.u < 1 or cfg.r < 1:
-            return f"PIPE 6 needs NW in 4, 8, 12, 16 (whole warpgroups) and U (stages), R (atoms) >= 1: {cfg}"
-        if N % (16 * cfg.nw) or K % (64 * cfg.r) or not 1 <= cfg.s <= K // (64 * cfg.r):
-            return (f"PIPE 6: N={N} not a multiple of 16*NW={16 * cfg.nw}, or K={K} not a multiple of "
-                    f"64*R={64 * cfg.r}, or S={cfg.s} not in 1..K/(64*R) (S need not divide K)")
-        if cfg.pf:
-            return "PIPE 6 has no L2 prefetch field (pf must be 0): its ring is the prefetch"
-        smem = gemvt_smem(cfg.nw, cfg.u, nb, cfg.r, cfg.s, cfg.cl) + 16 * cfg.u + 16
-        if smem > TMA_SMEM_LIMIT:
-            return f"PIPE 6: shared memory {smem} B > {TMA_SMEM_LIMIT}"
-        return _split_fits(cfg, 0)
+        return _ring_fits(cfg, N, K, cfg.u, gemvt_smem(cfg.nw, cfg.u, nb, cfg.r, cfg.s, cfg.cl), (4, 8, 12, 16),
+                          "PIPE 6")
     if N % (16 * cfg.r) or K % 32:
         return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 32"
     if KB % (cfg.s * cfg.nw * cfg.u):
@@ -2276,17 +2277,8 @@ def gemvz_fits(cfg, N, K, m):
     """Why a compressed config cannot run this shape, or None if it can."""
     nb, KG = nb_of(m), K // 64
     if cfg.pipe == 6:   # gemvtz_kernel: nw consumer warps (16 nw rows a CTA), ug stages, r 64-groups a stage
-        if cfg.nw not in (4, 8) or cfg.ug < 1 or cfg.r < 1:
-            return f"compressed PIPE 6 needs NW 4 or 8 and UG (stages), R (groups) >= 1: {cfg}"
-        if N % (16 * cfg.nw) or K % (64 * cfg.r) or not 1 <= cfg.s <= K // (64 * cfg.r):
-            return (f"compressed PIPE 6: N={N} not a multiple of 16*NW={16 * cfg.nw}, or K={K} not a multiple of "
-                    f"64*R={64 * cfg.r}, or S={cfg.s} not in 1..K/(64*R)")
-        if cfg.pf:
-            return "PIPE 6 has no L2 prefetch field (pf must be 0): its ring is the prefetch"
-        smem = gemvtz_smem(cfg.nw, cfg.ug, nb, cfg.r, cfg.s, cfg.cl) + 16 * cfg.ug + 16
-        if smem > TMA_SMEM_LIMIT:
-            return f"compressed PIPE 6: shared memory {smem} B > {TMA_SMEM_LIMIT}"
-        return _split_fits(cfg, 0)
+        return _ring_fits(cfg, N, K, cfg.ug, gemvtz_smem(cfg.nw, cfg.ug, nb, cfg.r, cfg.s, cfg.cl), (4, 8),
+                          "compressed PIPE 6")
     if N % (16 * cfg.r) or K % 64:
         return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 64"
     if KG % (cfg.s * cfg.nw * cfg.ug):
