@@ -42,9 +42,15 @@ def _ref(x, W):
     return lab6.bf16_to_f32(x).astype(np.float64) @ lab6.bf16_to_f32(W).astype(np.float64).T
 
 
-def test_lab6_runs_and_prints_its_verifications():
-    p = subprocess.run([sys.executable, str(LABS / "lab6_tma.py")], cwd=REPO, capture_output=True, text=True,
-                       timeout=60)
+@pytest.fixture(scope="module")
+def lab6_run():
+    """`python labs/lab6_tma.py`, run once for the tests that read its output."""
+    return subprocess.run([sys.executable, str(LABS / "lab6_tma.py")], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_lab6_runs_and_prints_its_verifications(lab6_run):
+    p = lab6_run
     assert p.returncode == 0, f"lab6 exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     for line in ("verified: every tile of a 128x256 W, bulk-copied verbatim and read through wg_desc",
                  "verified: negative: plain tiles read with the swizzle",
@@ -268,9 +274,8 @@ def _tz_args(z):
     return z.stream.numpy(), z.eptr.numpy(), z.esc.numpy(), z.TL, z.TH
 
 
-def test_lab6_part4_prints_its_verifications():
-    p = subprocess.run([sys.executable, str(LABS / "lab6_tma.py")], cwd=REPO, capture_output=True, text=True,
-                       timeout=60)
+def test_lab6_part4_prints_its_verifications(lab6_run):
+    p = lab6_run
     assert p.returncode == 0, f"lab6 exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     for line in ("verified: tz_perm (lab3.frag_pos + the m16n8k16 A layout) is a permutation of each 64-group",
                  "verified: tile row block rb at rb*1536, decoded (decz) and un-permuted, plus the natural-k",

@@ -68,27 +68,36 @@ def configs(name, m, compressed=False):
     return out
 
 
+def check_accurate_and_exact(layers, suite, name, m, compressed, seed, probe_seed):
+    """SPEC accuracy and exact one-hot probes (exception columns first) for every PIPE 6 config of the path."""
+    L, w = layers[name]
+    cfgs = configs(name, m, compressed)
+    assert len(cfgs) >= 6, f"too few {'compressed ' if compressed else ''}PIPE 6 configs fit {name} m={m}: {cfgs}"
+    for c in cfgs:
+        L.set_config(m, c)
+        assert L.plan(m).path == ("compressed" if compressed else "plain") and L.plan(m).config == c
+        suite.accuracy(L, w, m, seed + m, f"{name} {c}")
+        suite.probes(L, w, m, probe_seed * m, f"{name} {c}")
+
+
+def check_deterministic_and_graph_safe(layers, suite, name, compressed):
+    L, _ = layers[name]
+    for m in (16, 32):
+        for c in configs(name, m, compressed)[:2]:
+            L.set_config(m, c)
+            suite.determinism(L, m, 5, f"{name} {c}")
+            suite.graph_replay(L, m, 3, f"{name} {c}")
+
+
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("m", [1, 5, 9, 16, 17, 31, 32])
 def test_pipe6_is_accurate_and_probes_are_exact(layers, suite, name, m):
-    L, w = layers[name]
-    cfgs = configs(name, m)
-    assert len(cfgs) >= 6, f"too few PIPE 6 configs fit {name} m={m}: {cfgs}"
-    for c in cfgs:
-        L.set_config(m, c)
-        assert L.plan(m).path == "plain" and L.plan(m).config == c
-        suite.accuracy(L, w, m, 100 + m, f"{name} {c}")
-        suite.probes(L, w, m, 7 * m, f"{name} {c}")
+    check_accurate_and_exact(layers, suite, name, m, False, 100, 7)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_pipe6_is_deterministic_and_graph_safe(layers, suite, name):
-    L, _ = layers[name]
-    for m in (16, 32):
-        for c in configs(name, m)[:2]:
-            L.set_config(m, c)
-            suite.determinism(L, m, 5, f"{name} {c}")
-            suite.graph_replay(L, m, 3, f"{name} {c}")
+    check_deterministic_and_graph_safe(layers, suite, name, False)
 
 
 def test_pipe6_chain_under_pdl_matches_eager(layers, suite):
@@ -112,21 +121,10 @@ def test_pipe6_plans_pack_tiles_only(tma_ext):
     judge.check_close(S.kernel_fn(x, L).float(), judge.reference(x, w), False, "o_proj PIPE 6 from prepare's tables")
 
 
-def zconfigs(name, m):
-    return configs(name, m, compressed=True)
-
-
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("m", [1, 9, 16, 17, 32])
 def test_compressed_pipe6_is_accurate_and_probes_are_exact(layers, suite, name, m):
-    L, w = layers[name]
-    cfgs = zconfigs(name, m)
-    assert len(cfgs) >= 6, f"too few compressed PIPE 6 configs fit {name} m={m}: {cfgs}"
-    for c in cfgs:
-        L.set_config(m, c)
-        assert L.plan(m).path == "compressed" and L.plan(m).config == c
-        suite.accuracy(L, w, m, 200 + m, f"{name} {c}")
-        suite.probes(L, w, m, 9 * m, f"{name} {c}")
+    check_accurate_and_exact(layers, suite, name, m, True, 200, 9)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -134,7 +132,7 @@ def test_compressed_pipe6_corrections_are_needed_and_applied(layers, suite, name
     L, w = layers[name]
     k = L.exception_columns()[0]
     for m in (16, 32):
-        L.set_config(m, zconfigs(name, m)[0])
+        L.set_config(m, configs(name, m, True)[0])
         x = torch.zeros(m, L.K, dtype=torch.bfloat16, device=DEV)
         x[:, k] = 1.0
         judge.check_probe(suite.call(x, L)[m - 1], w[:, k], False, f"{name} compressed PIPE 6 with corrections")
@@ -148,17 +146,12 @@ def test_compressed_pipe6_corrections_are_needed_and_applied(layers, suite, name
 
 @pytest.mark.parametrize("name", NAMES)
 def test_compressed_pipe6_is_deterministic_and_graph_safe(layers, suite, name):
-    L, _ = layers[name]
-    for m in (16, 32):
-        for c in zconfigs(name, m)[:2]:
-            L.set_config(m, c)
-            suite.determinism(L, m, 5, f"{name} {c}")
-            suite.graph_replay(L, m, 3, f"{name} {c}")
+    check_deterministic_and_graph_safe(layers, suite, name, True)
 
 
 def test_compressed_pipe6_chain_under_pdl_matches_eager(layers, suite):
     A, B = layers["pooler"][0], layers["unpooler"][0]
     for m in (16, 32):
-        A.set_config(m, zconfigs("pooler", m)[0])
-        B.set_config(m, zconfigs("unpooler", m)[1])
+        A.set_config(m, configs("pooler", m, True)[0])
+        B.set_config(m, configs("unpooler", m, True)[1])
         suite.chain_graph(A, B, m, 4)
