@@ -187,8 +187,8 @@ def s_options(kblocks, per_cta, row_groups):
 
 def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
     """Every compiled config that fits the shape and does not spill, with every S and pf in pfs; for S > 1 the
-    cluster reduction (cl = 2), or the ticket (cl = 0) where the cluster's shared memory does not fit. Plus (plain,
-    bf16) the compiled PIPE 6 configs at the S that give 0.5 to 4 CTAs per SM."""
+    cluster reduction (cl = 2), or the ticket (cl = 0) where the cluster's shared memory does not fit. Plus (bf16
+    weights) the path's compiled PIPE 6 configs at the S listed below."""
     nb = sub.nb_of(m)
     out, spilled = [], 0
     if tma and not dual:
@@ -206,9 +206,7 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
                     # an SM: the ring holds up to 227 KB, so a second wave costs a whole CTA's time
                     ss = sorted({s for s in s_options(K // 64, ka, tiles) if 66 <= tiles * s <= 528} |
                                 {s for s in range(2, 33) for w in (132, 264) if 0.75 * w <= tiles * s <= w})
-                    for s in ss:
-                        if s > K // (64 * ka):
-                            continue
+                    for s in ss:                  # config_fits refuses an S past K / (64 ka)
                         for cl in ((2, 0) if s > 1 else (0,)):
                             c = (sub.GemvzConfig if compressed else sub.GemvConfig)(nw, s, st, ka, 6, 0, 1, cl)
                             if not sub.config_fits(c, N, K, m):
@@ -249,9 +247,10 @@ def time_config(Ls, m, cfg, x, replays):
     return ms * 1e3 / len(Ls)
 
 
-def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=(), final_cos=()):
+def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=(), final_cos=(), fits=lambda c: None):
     """Screen every candidate, re-time the best `keep`, each also at every pf of final_pfs, every carveout of
-    final_cos and without PDL; returns [(us, cfg)] sorted, finalists first."""
+    final_cos and without PDL, leaving out the variants fits(cfg) refuses (a field value the config's path does not
+    take, such as pf on PIPE 6); returns [(us, cfg)] sorted, finalists first."""
     res = []
     for c in cands:
         try:
@@ -267,9 +266,7 @@ def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=(), final_cos
         bases += [b._replace(co=v) for b in list(bases) for v in final_cos if v != b.co]
         for b in bases:
             for c2 in (b, b._replace(pdl=0)):
-                if getattr(c2, "pipe", None) == 6 and c2.pf:
-                    continue                      # PIPE 6 has no L2 prefetch field: its ring is the prefetch
-                if c2 not in variants:
+                if c2 not in variants and not fits(c2):
                     variants.append(c2)
     fin = [(time_config(Ls, m, c2, x, full), c2) for c2 in variants]
     fin.sort(key=lambda r: r[0])
@@ -378,17 +375,20 @@ def main(argv=None):
                 out_of_time = True
                 break
             x = judge.fresh_x(m, K, 3 + m, "cuda")
+            fits = lambda c: sub.config_fits(c, N, K, m, dual)   # noqa: E731 (finalist variants the path takes)
             t0 = time.time()
             line = ""
             if "plain" in paths or dual:
                 cp, sp = candidates(ext, N, K, m, dual, False, pfs, nws, not args.no_tma)
-                rp = verified(Ls, m, x, tune_shape(Ls, m, x, cp, args.screen, args.full, args.keep, log, fpfs, fcos), log)
+                rp = verified(Ls, m, x, tune_shape(Ls, m, x, cp, args.screen, args.full, args.keep, log, fpfs, fcos,
+                                                   fits), log)
                 crow[(name, m)] = row_of(name, m, rp, dev, date)
                 line = (f"plain {rp[0][1]} {rp[0][0]:.2f} us (next {rp[1][0]:.2f}; {len(cp)} cands, {sp} spilled; "
                         f"{best_by(rp, 'pf')}; {best_by(rp, 'co')}; {best_by(rp, 'pipe')})")
             if not dual and "compressed" in paths:
-                cz, sz = candidates(ext, N, K, m, dual, True, pfs, nws)
-                rz = verified(Ls, m, x, tune_shape(Ls, m, x, cz, args.screen, args.full, args.keep, log, fpfs, fcos), log)
+                cz, sz = candidates(ext, N, K, m, dual, True, pfs, nws, not args.no_tma)
+                rz = verified(Ls, m, x, tune_shape(Ls, m, x, cz, args.screen, args.full, args.keep, log, fpfs, fcos,
+                                                   fits), log)
                 zrow[(name, m)] = row_of(name, m, rz, dev, date)
                 line += (f" | compressed {rz[0][1]} {rz[0][0]:.2f} us (next {rz[1][0]:.2f}; {len(cz)} cands, "
                          f"{sz} spilled; {best_by(rz, 'pf')}; {best_by(rz, 'co')}; {best_by(rz, 'pipe')})")

@@ -556,3 +556,14 @@ def test_tune_drops_a_winner_whose_output_is_wrong(monkeypatch):
     assert "WRONG" in logged[0] and "nw=8" in logged[0]
     with pytest.raises(SystemExit, match="no candidate passed"):
         tune.verified([layer], 2, x, ranked[:1], logged.append)
+
+
+def test_tune_finalists_leave_out_variants_the_path_does_not_take(monkeypatch):
+    import tune
+    cands = [S.GemvConfig(4, 2, 8, 2, 6, 0, 1, 2), S.GemvConfig(8, 1, 2, 2, 3, 0, 1, 0)]
+    timed = []
+    monkeypatch.setattr(tune, "time_config", lambda Ls, m, cfg, x, replays: timed.append(cfg) or 10.0 + cfg.nw)
+    fits = lambda c: S.config_fits(c, 4096, 8192, 32)                 # noqa: E731
+    tune.tune_shape([], 32, None, cands, 3, 25, 2, lambda s: None, (0, 1), (), fits)
+    assert S.GemvConfig(8, 1, 2, 2, 3, 1, 1, 0) in timed                # pf = 1 tried where the path has it
+    assert all(not (c.pipe == 6 and c.pf) for c in timed)               # and never on PIPE 6
