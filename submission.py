@@ -1306,17 +1306,37 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
       const int s = i % ST;
       mbar_wait(&full[s], (i / ST) & 1);
       const uint32_t sb = base + s * STAGE;
+#ifndef MUSE_TZ_EMPTY  // MUSE_TZ_*: tools/tz_probe.py's timing-only variants (wrong results on purpose)
       uint4 f[KA][4];
 #pragma unroll
       for (int a = 0; a < KA; a++) {
+#ifdef MUSE_TZ_NOLDS
+        const uint4 A0 = make_uint4(lane, i, a, s), A1 = make_uint4(i, lane, s, a), B = make_uint4(s, a, lane, i);
+#else
         const uint8_t* tp = ring + (size_t)s * STAGE + KA * XB + (wg * KA + a) * TILE + (warp & 3) * 1536 + lane * 16;
         const uint4 A0 = *reinterpret_cast<const uint4*>(tp), A1 = *reinterpret_cast<const uint4*>(tp + 512),
                     B = *reinterpret_cast<const uint4*>(tp + 1024);
+#endif
+#ifdef MUSE_TZ_NODEC
+        f[a][0] = make_uint4(A0.x, A0.y, B.x, B.y);
+        f[a][1] = make_uint4(A0.z, A0.w, B.z, B.w);
+        f[a][2] = make_uint4(A1.x, A1.y, B.x, B.z);
+        f[a][3] = make_uint4(A1.z, A1.w, B.y, B.w);
+#else
         f[a][0] = decz(A0.x, A0.y, B.x, TL, TH);
         f[a][1] = decz(A0.z, A0.w, B.y, TL, TH);
         f[a][2] = decz(A1.x, A1.y, B.z, TL, TH);
         f[a][3] = decz(A1.z, A1.w, B.w, TL, TH);
+#endif
       }
+#ifdef MUSE_TZ_NOMMA
+      uint32_t h = 0;
+#pragma unroll
+      for (int a = 0; a < KA; a++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) h ^= f[a][j].x ^ f[a][j].y ^ f[a][j].z ^ f[a][j].w;
+      acc[0] += __uint_as_float(h & 0x3FFFFFFFu);
+#else
       wg_pin(acc);
       wg_fence();
 #pragma unroll
@@ -1326,6 +1346,8 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
       wg_commit();
       wg_wait0();
       wg_pin(acc);
+#endif
+#endif
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[s]);
     }

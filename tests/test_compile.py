@@ -141,3 +141,31 @@ def test_same_code_tool_tells_identical_from_changed_machine_code(tmp_path):
     (name,) = [k for k in runs[0] if "gemvt_kernel" in k]
     assert runs[0][name] == runs[1][name]
     assert runs[0][name] != runs[2][name]
+
+
+@needs_nvcc
+def test_tz_probe_variants_compile_without_spills(tmp_path):
+    # tools/tz_probe.py's timing-only variants of gemvtz_kernel (each drops one part of the consumer loop) must
+    # compile, and the shipped variant's source must be KERNEL_SRC itself
+    import sys
+    import pathlib
+    import tune
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
+    import tz_probe
+    assert tz_probe.variant_source("") == submission.KERNEL_SRC
+    assert all(i[1][-1] == 6 for i in tz_probe.variant_insts("MUSE_TZ_EMPTY"))
+    with pytest.raises(SystemExit):
+        tz_probe.variant_source("NOT_A_TZ_MACRO")
+    insts = [("gemvz", (4, 8, 4, 1, 6)), ("gemvz", (8, 4, 1, 2, 6))]
+    for v in tz_probe.VARIANTS[1:]:
+        saved = submission.KERNEL_SRC
+        submission.KERNEL_SRC = tz_probe.variant_source(v)
+        try:
+            (tmp_path / "v.cu").write_text(tune.tune_sources(insts, 1)[0][0])
+        finally:
+            submission.KERNEL_SRC = saved
+        r = subprocess.run([NVCC, *submission.NVCC_FLAGS, "-Xptxas", "-v", "-c", str(tmp_path / "v.cu"), "-o",
+                            str(tmp_path / "v.o")], capture_output=True, text=True)
+        assert r.returncode == 0, (v, r.stderr[-3000:])
+        assert len(re.findall(r"Compiling entry function '\w*gemvtz_kernel", r.stderr)) == 2, (v, r.stderr[-3000:])
+        assert set(re.findall(r"(\d+) bytes spill stores", r.stderr)) == {"0"}, (v, r.stderr[-3000:])
