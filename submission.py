@@ -1181,21 +1181,24 @@ gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap
 }
 
 // ---- gemvtz_kernel: PIPE 6 of the compressed path, the 12-bit stream in gemvt's TMA ring ----------------------
-// Contract: x bf16 [M, K] (TMA box as gemvt_kernel, and plain loads for the corrections); wz = pack_tz's tiles:
+// Contract: x bf16 [M, K] (TMA box as gemvt_kernel; the pointer is unused); wz = pack_tz's tiles:
 // [N/64][K/64][4 row blocks][A0 | A1 | B: 96 units of 16 B] (6 KB a tile), the 12-bit stream of W with the columns
 // of each 64-group permuted (tma_kperm) so that decz's fragment f of a group is wgmma's A for k 16 f .. 16 f + 15 in
-// the natural order of x; the side table in CSR with natural k, ascending per row; out bf16 [M, N]. Requires
+// the natural order of x; the side table tile-major (tile_side_table: eptr = tptr, esc = tesc); out bf16 [M, N]. Requires
 // N % (16 NW) == 0, K % (64 KA) == 0, S <= K / (64 KA), NW = 4 or 8.
 //
-//   warps 0..NW-1 consume (one warpgroup per 64 rows), warp NW produces, warps NW+1 .. NW+NW/2 correct: one lane a row
+//   warps 0..NW-1 consume (one warpgroup per 64 rows), warp NW produces, warp NW+1 corrects
 //   stage = x [KA groups][8 NB tokens x 128 B] (TMA boxes, 128-byte swizzle) then W [NW / 4 warpgroups][KA tiles]
 //   per group a consumer warp reads its row block's A0, A1, B (16 B each per lane, ld.shared), decodes 4 fragments
 //     (decz) and issues 4 wgmma.m64n(8NB)k16 with A from registers and B = the group's x from shared memory
-//   correction lanes: row r's exceptions in the CTA's K slice, in k order, times x[tok][k] (tok < M) -> ecorr
+//   correction warp (lane = token): consumes each stage too; the stage's exceptions (its run of the tile-major
+//     table, k order per row) times x[tok][k] from the stage's box (zero past M) -> ecorr in shared memory
+//     (session 10: the earlier lane-a-row warps loaded x from global, 32 tokens x 32 rows in distinct lines per
+//     entry, and held pooler m = 32 at 26.8 us against 18.2 with the corrections skipped)
 //   end: D + ecorr -> split-K combine (gemv_kernel's) -> store
 // An out-of-window weight decodes to a fixed in-window value v; prepare verified fl32(v + correction) == W.
 // dbg & 1 skips the corrections. Lab: labs/lab3_compress.py (format, decz), labs/lab6_tma.py (ring, swizzle, and this
-// kernel in miniature: pack_tz, the fragments, the correction lanes, part 4).
+// kernel in miniature: pack_tz, the fragments, the correction warp, part 4).
 template <int NB>
 __device__ __forceinline__ void wgmma_rs(float (&d)[NB * 4], uint4 a, uint64_t db) {
   if constexpr (NB == 4) {
@@ -1230,7 +1233,7 @@ __host__ __device__ constexpr size_t gemvtz_smem(int NW, int ST, int NB, int KA,
 }
 
 template <int NW, int ST, int NB, int KA>
-__global__ void __launch_bounds__((NW + 1 + NW / 2) * 32, 1)
+__global__ void __launch_bounds__((NW + 2) * 32, 1)
 gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMap tx, const bf16* __restrict__ x,
               const int* __restrict__ eptr, const int2* __restrict__ esc, bf16* __restrict__ out,
               float4* __restrict__ ws, int* __restrict__ sem, int M, int N, int K, int S, uint32_t TL, uint32_t TH,
@@ -1239,7 +1242,6 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
   constexpr int NWG = NW / 4, NTOK = 8 * NB;
   constexpr uint32_t TILE = 6144, XB = NTOK * 128, STAGE = KA * (XB + NWG * TILE);
   constexpr int P = NW * NB * 32;
-  constexpr int EC = 2;                                          // exception chunk: entries loaded together
   extern __shared__ uint8_t dsm[];
   __shared__ __align__(8) unsigned long long full[ST], empty[ST];
   const uint32_t dbase = smem_u32(dsm), base = (dbase + 1023u) & ~1023u;
@@ -1253,7 +1255,7 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
   const int rg = blockIdx.x, sidx = blockIdx.y;
   int steps, g0;  // g0: first 64-group of the slice
   ring_slice<KA>(K, S, sidx, steps, g0);
-  ring_init<ST>(full, empty, NW);
+  ring_init<ST>(full, empty, NW + 1);   // the consumers and the correction warp free each stage
 
   float acc[NB * 4];
 #pragma unroll
@@ -1269,37 +1271,54 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
       };
       ring_produce<ST, KA>(&tx, full, empty, base, STAGE, 0, XB, steps, g0, load_w);
     }
-  } else if (warp > NW) {
-    // one lane a row: row rl of the CTA's 16 NW, every token; the side table is constant (read before the wait)
-    const int rl = (warp - NW - 1) * 32 + lane, row = rg * 16 * NW + rl;
-    const int klo = g0 * 64, khi = (g0 + steps * KA) * 64;
-    const int beg = __ldg(eptr + row), end = __ldg(eptr + row + 1);
-    if (!(dbg & 1) && beg < end) asm volatile("prefetch.global.L1 [%0];" ::"l"(esc + beg));
-    float ea[NTOK];
+  } else if (warp == NW + 1) {
+    // the correction warp: lane = token. The CTA's exceptions of each of its row tiles are a contiguous run of the
+    // tile-major table (k-group ascending); they are applied stage by stage, with x read from the stage's box
+    // (zero past M), so no global load of x and no chain of loads per row. Consumes every stage like a consumer.
+    for (int q = lane; q < 16 * NW * (NTOK + 1); q += 32) ecorr[q] = 0.f;
+    const int KG = K / 64;
+    int cur[NWG], end[NWG], cb[NWG];   // next entry, end of the run, first entry of the chunk in c0
+    int2 c0[NWG], c1[NWG];             // lane l: entries cb + l and cb + 32 + l (the next chunk, in flight)
+    const int2 none = make_int2(0x7fffffff, 0);
 #pragma unroll
-    for (int q = 0; q < NTOK; q++) ea[q] = 0.f;
-    pdl_wait();
-    if (!(dbg & 1)) {
-      for (int j = beg; j < end; j += EC) {
-        int2 e[EC];
-#pragma unroll
-        for (int c = 0; c < EC; c++) e[c] = j + c < end ? __ldg(esc + j + c) : make_int2(khi, 0);
-#pragma unroll
-        for (int c = 0; c < EC; c++) {
-          if (e[c].x >= klo && e[c].x < khi) {
-            const float d = __int_as_float(e[c].y);
-            float xv[NTOK];
-#pragma unroll
-            for (int q = 0; q < NTOK; q++) xv[q] = q < M ? __bfloat162float(x[(size_t)q * K + e[c].x]) : 0.f;
-#pragma unroll
-            for (int q = 0; q < NTOK; q++) ea[q] += d * xv[q];  // q >= M: never stored
-          }
-        }
-        if (e[EC - 1].x >= khi) break;  // k ascending: the rest of the row is past this CTA's slice
-      }
+    for (int g = 0; g < NWG; g++) {  // the side table is constant after prepare: read before the wait
+      const int t = rg * NWG + g;
+      cur[g] = cb[g] = __ldg(eptr + (size_t)t * KG + g0);
+      end[g] = (dbg & 1) ? cur[g] : __ldg(eptr + (size_t)t * KG + g0 + steps * KA);   // dbg & 1: none applied
+      c0[g] = cb[g] + lane < end[g] ? __ldg(esc + cb[g] + lane) : none;
+      c1[g] = cb[g] + 32 + lane < end[g] ? __ldg(esc + cb[g] + 32 + lane) : none;
     }
+    for (int i = 0; i < steps; i++) {
+      const int s = i % ST;
+      mbar_wait(&full[s], (i / ST) & 1);
+      const int gs = g0 + i * KA;     // the stage's first 64-group
+      const uint8_t* xs = ring + (size_t)s * STAGE + lane * 128;
 #pragma unroll
-    for (int q = 0; q < NTOK; q++) ecorr[rl * (NTOK + 1) + q] = ea[q];
+      for (int g = 0; g < NWG; g++) {
+        while (cur[g] < end[g]) {
+          const int sl = cur[g] - cb[g];
+          if (sl == 32) {             // the next chunk becomes current; the one after it is loaded
+            c0[g] = c1[g];
+            cb[g] += 32;
+            c1[g] = cb[g] + 32 + lane < end[g] ? __ldg(esc + cb[g] + 32 + lane) : none;
+            continue;
+          }
+          const int ex = __shfl_sync(0xffffffffu, c0[g].x, sl), ey = __shfl_sync(0xffffffffu, c0[g].y, sl);
+          const int a = (ex >> 12) - gs;
+          if (a >= KA) break;         // the entry belongs to a later stage
+          const int r = (ex >> 6) & 63, kk = ex & 63;
+          if (lane < NTOK) {
+            const uint32_t off = a * XB + ((((kk >> 3) ^ (lane & 7)) << 4) | ((kk & 7) << 1));
+            const float xv = __bfloat162float(*reinterpret_cast<const bf16*>(xs + off));
+            float* ec = ecorr + (g * 64 + r) * (NTOK + 1) + lane;
+            *ec += __int_as_float(ey) * xv;   // q >= M: x is zero there, never stored
+          }
+          cur[g]++;
+        }
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[s]);
+    }
   } else {
     const int wg = warp >> 2;
     for (int i = 0; i < steps; i++) {
@@ -1523,7 +1542,7 @@ static int launch_gemvz(const void* x, const void* w, const void* eptr, const vo
     if (e) return e;
     CUtensorMap tx;
     if ((e = make_tmap(&tx, x, M, K, 8 * NB))) return e;
-    return launch_pdl(gemvtz_kernel<NW, U, NB, R>, dim3(N / (16 * NW), S), dim3((NW + 1 + NW / 2) * 32), st, pdl,
+    return launch_pdl(gemvtz_kernel<NW, U, NB, R>, dim3(N / (16 * NW), S), dim3((NW + 2) * 32), st, pdl,
                       cl ? S : 1, gemvtz_smem(NW, U, NB, R, S, cl), co, (const uint8_t*)w, tx, (const bf16*)x,
                       (const int*)eptr, (const int2*)esc, (bf16*)out, (float4*)ws, (int*)sem, M, N, K, S, TL, TH, dbg, cl);
   } else {
@@ -1863,7 +1882,9 @@ def split_hi_lo(w32):
 # ===================================================================================================
 ZSIGN_BIT = (7, 15, 23, 31, 3, 11, 19, 27)   # code-word bit that holds the sign of fragment element j
 
-ZPack = collections.namedtuple("ZPack", "stream eptr esc capr window TL TH mode n_exc exc_cols")
+# tptr / tesc (pack_tz only): the side table tile-major for gemvtz_kernel's correction warp (see pack_tz)
+ZPack = collections.namedtuple("ZPack", "stream eptr esc capr window TL TH mode n_exc exc_cols tptr tesc",
+                               defaults=(None, None))
 
 
 def side_table_bits(z, N, K):
@@ -2735,7 +2756,27 @@ def pack_tz(w):
     tiles = z.stream.view(N // 64, 4, K // 64, 1536).permute(0, 2, 1, 3).reshape(N // 64, K // 64, 6144).contiguous()
     exc_cols = sorted({int(c) for c in perm[torch.tensor(z.exc_cols, dtype=torch.int64, device=w.device)].tolist()}) \
         if n else []
-    return z._replace(stream=tiles, esc=esc, exc_cols=exc_cols)
+    tptr, tesc = tile_side_table(eptr, esc, n, N, K)
+    return z._replace(stream=tiles, esc=esc, exc_cols=exc_cols, tptr=tptr, tesc=tesc)
+
+
+def tile_side_table(eptr, esc, n, N, K):
+    """The side table as gemvtz_kernel's correction warp walks it: per 64-row tile t and 64-group G, the entries
+    tesc[tptr[t K/64 + G] .. tptr[t K/64 + G + 1]) = int2 {G << 12 | row in tile << 6 | column in group, fp32 bits
+    of the correction}, ordered by (t, G, row, column), so a CTA's K slice of a tile is one contiguous run in k order.
+    eptr / esc: the row CSR with natural k (pack_tz's). Returns (tptr int32 [N/64 K/64 + 1], tesc int32 [max(n, 1), 2])."""
+    KG, dev = K // 64, eptr.device
+    tptr = torch.zeros(N // 64 * KG + 1, dtype=torch.int32, device=dev)
+    tesc = torch.zeros((max(n, 1), 2), dtype=torch.int32, device=dev)
+    if n:
+        rows = torch.arange(N, device=dev).repeat_interleave((eptr[1:] - eptr[:-1]).long())
+        k = esc[:n, 0].long()
+        cell = (rows // 64) * KG + k // 64
+        order = torch.argsort(cell * 4096 + (rows % 64) * 64 + k % 64)
+        tesc[:n, 0] = ((k // 64) << 12 | (rows % 64) << 6 | k % 64)[order].to(torch.int32)
+        tesc[:n, 1] = esc[:n, 1][order]
+        tptr[1:] = torch.cumsum(torch.bincount(cell, minlength=N // 64 * KG), 0).to(torch.int32)
+    return tptr, tesc
 
 
 def kernel_fn(x, layer, out=None):
@@ -2782,7 +2823,8 @@ def kernel_fn(x, layer, out=None):
         _EXT.gemv(x, w, layer.w2 if layer.w2 is not None else w, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.u, c.r, nb_of(m),
                   layer.dual, c.pipe, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
     else:
-        z = layer.zt if c.pipe == 6 else layer.z          # PIPE 6 (TMA): pack_tz's tiles, natural-k side table
-        _EXT.gemvz(x, z.stream, z.eptr, z.esc, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.ug, c.r,
+        z = layer.zt if c.pipe == 6 else layer.z          # PIPE 6 (TMA): pack_tz's tiles, tile-major side table
+        eptr, esc = (z.tptr, z.tesc) if c.pipe == 6 else (z.eptr, z.esc)
+        _EXT.gemvz(x, z.stream, eptr, esc, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.ug, c.r,
                    nb_of(m), c.pipe, z.TL, z.TH, layer.dbg, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
     return out

@@ -246,6 +246,31 @@ def test_pack_tz_tiles_decode_to_w_with_natural_k_corrections(N, K):
     assert lab3.same_bits(lab3.restore_np(nat, eptr, esc), W).all()
 
 
+@pytest.mark.parametrize("N, K", [(128, 512), (192, 1024)])
+def test_tile_side_table_holds_every_exception_once_in_k_order_per_cell(N, K):
+    # gemvtz_kernel's correction warp walks tesc[tptr[t K/64 + g0] .. tptr[t K/64 + g1]) for its tile t and K slice
+    W = lab3.trained_like_np(N, K, seed=12)
+    rng = np.random.default_rng(3)
+    for r, k in zip(rng.integers(0, N, 40), rng.integers(0, K, 40)):
+        W[r, k] = 0x7F80                              # +Inf: exceptions in many cells, some cells with several
+    W[70, 64:70] = 0x7F80                             # one row, one cell, six entries
+    z = submission.pack_tz(_bf16(W))
+    tptr, tesc = z.tptr.numpy(), z.tesc.numpy()
+    KG = K // 64
+    assert tptr.shape == (N // 64 * KG + 1,) and tptr[0] == 0 and tptr[-1] == z.n_exc and (np.diff(tptr) >= 0).all()
+    got = set()
+    for t in range(N // 64):
+        for G in range(KG):
+            run = tesc[tptr[t * KG + G]:tptr[t * KG + G + 1]]
+            assert ((run[:, 0] >> 12) == G).all()
+            keys = [(int(e >> 6) & 63, int(e) & 63) for e in run[:, 0]]
+            assert keys == sorted(keys)                # row, then column: each row's entries in k order
+            got |= {(t * 64 + r, G * 64 + kk, int(c)) for (r, kk), c in zip(keys, run[:, 1])}
+    eptr, esc = z.eptr.numpy(), z.esc.numpy()
+    want = {(r, int(esc[j, 0]), int(esc[j, 1])) for r in range(N) for j in range(eptr[r], eptr[r + 1])}
+    assert len(got) == z.n_exc and got == want
+
+
 def test_compressed_pipe6_fits_rules():
     c = submission.GemvzConfig(nw=4, s=3, ug=8, r=2, pipe=6, pf=0, pdl=1, cl=2)
     assert submission.gemvz_fits(c, 4096, 8192, 32) is None
