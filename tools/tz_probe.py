@@ -104,7 +104,7 @@ def main(argv=None):
             L.set_config(m, cz)
         judge.check_close(S.kernel_fn(x, Ls[0]), ref, False, f"{spec} {cz}")
         rows = [("gemvt (plain PIPE 6)", "", cp, 0), ("gemvtz shipped", "", cz, 0), ("gemvtz dbg=1 (no corrections)", "", cz, 1)]
-        rows += [(f"gemvtz {v}", v, cz, 0) for v in variants if v]
+        rows += [(f"gemvtz {v}" + (" dbg=1" if dbg else ""), v, cz, dbg) for v in variants if v for dbg in (0, 1)]
         res = {r[0]: [] for r in rows}
         for _ in range(2):
             for label, v, c, dbg in rows:
@@ -119,7 +119,7 @@ def main(argv=None):
             t = res[label]
             note = "" if (not v and not dbg) else "  UNCHECKED"
             rate = (N * K * 2 / 1e6 if c is cp else mb) / min(t)
-            print(f"[tz] {spec:<12} {label:<34} {t[0]:7.2f} / {t[1]:7.2f} us  ({rate:.2f} TB/s of weights){note}",
+            print(f"[tz] {spec:<12} {label:<40} {t[0]:7.2f} / {t[1]:7.2f} us  ({rate:.2f} TB/s of weights){note}",
                   flush=True)
         del Ls
         torch.cuda.empty_cache()
