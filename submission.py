@@ -1184,21 +1184,22 @@ gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap
 // Contract: x bf16 [M, K] (TMA box as gemvt_kernel; the pointer is unused); wz = pack_tz's tiles:
 // [N/64][K/64][4 row blocks][A0 | A1 | B: 96 units of 16 B] (6 KB a tile), the 12-bit stream of W with the columns
 // of each 64-group permuted (tma_kperm) so that decz's fragment f of a group is wgmma's A for k 16 f .. 16 f + 15 in
-// the natural order of x; the side table tile-major (tile_side_table: eptr = tptr, esc = tesc); out bf16 [M, N]. Requires
-// N % (16 NW) == 0, K % (64 KA) == 0, S <= K / (64 KA), NW = 4 or 8.
+// the natural order of x; the exceptions as patches (patch_table: eptr = pptr, esc = pesc); out bf16 [M, N].
+// Requires N % (16 NW) == 0, K % (64 KA) == 0, S <= K / (64 KA), NW = 4 or 8.
 //
-//   warps 0..NW-1 consume (one warpgroup per 64 rows), warp NW produces, warp NW+1 corrects
+//   warps 0..NW-1 consume (one warpgroup per 64 rows), warp NW produces
 //   stage = x [KA groups][8 NB tokens x 128 B] (TMA boxes, 128-byte swizzle) then W [NW / 4 warpgroups][KA tiles]
 //   per group a consumer warp reads its row block's A0, A1, B (16 B each per lane, ld.shared), decodes 4 fragments
-//     (decz) and issues 4 wgmma.m64n(8NB)k16 with A from registers and B = the group's x from shared memory
-//   correction warp (lane = token): consumes each stage too; the stage's exceptions (its run of the tile-major
-//     table, k order per row) times x[tok][k] from the stage's box (zero past M) -> ecorr in shared memory
-//     (session 10: the earlier lane-a-row warps loaded x from global, 32 tokens x 32 rows in distinct lines per
-//     entry, and held pooler m = 32 at 26.8 us against 18.2 with the corrections skipped)
-//   end: D + ecorr -> split-K combine (gemv_kernel's) -> store
-// An out-of-window weight decodes to a fixed in-window value v; prepare verified fl32(v + correction) == W.
-// dbg & 1 skips the corrections. Lab: labs/lab3_compress.py (format, decz), labs/lab6_tma.py (ring, swizzle, and this
-// kernel in miniature: pack_tz, the fragments, the correction warp, part 4).
+//     (decz), patches its exceptions into them (the lane that holds the element writes W's bf16 bits over the
+//     in-window value decz gave) and issues 4 wgmma.m64n(8NB)k16 with A from registers and B = the group's x
+//   a warp's patches: its row block's run of the patch table for the CTA's K slice (k-group ascending), 32 entries
+//     a chunk in registers (lane j holds entry j) with the next chunk in flight; read before griddepcontrol.wait
+//   end: D -> split-K combine (gemv_kernel's) -> store
+// So the tensor cores see W itself, exceptions included: no correction pass, and the sums are the plain path's
+// products. Session 10 measured the correction passes this replaces: lanes a row loading x from global (pooler
+// m = 32: 26.8 us, 18.2 with the corrections skipped), then a warp applying them from the ring's x (24.5 / 16.3).
+// dbg & 1 skips the patches. Lab: labs/lab3_compress.py (format, decz), labs/lab6_tma.py (ring, swizzle, and this
+// kernel in miniature: pack_tz, the fragments, the patches, part 4).
 template <int NB>
 __device__ __forceinline__ void wgmma_rs(float (&d)[NB * 4], uint4 a, uint64_t db) {
   if constexpr (NB == 4) {
@@ -1226,14 +1227,18 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[NB * 4], uint4 a, uint64_t d
   }
 }
 
-// Dynamic shared memory of one gemvtz CTA: alignment slack, the ring, with cl the leader's cbuf, and ecorr.
+// Dynamic shared memory of one gemvtz CTA: alignment slack, the ring, and with cl the leader's cbuf.
 __host__ __device__ constexpr size_t gemvtz_smem(int NW, int ST, int NB, int KA, int S, int cl) {
-  return 1024 + (size_t)ST * KA * (8 * NB * 128 + NW / 4 * 6144) + (cl ? (size_t)(S - 1) * NW * NB * 32 * 16 : 0) +
-         (size_t)16 * NW * (8 * NB + 1) * 4;
+  return 1024 + (size_t)ST * KA * (8 * NB * 128 + NW / 4 * 6144) + (cl ? (size_t)(S - 1) * NW * NB * 32 * 16 : 0);
+}
+
+// Write a patch's bf16 bits into half h of the fragment word v.
+__device__ __forceinline__ void patch_half(uint32_t& v, uint32_t bits, int h) {
+  v = h ? (v & 0x0000FFFFu) | (bits << 16) : (v & 0xFFFF0000u) | bits;
 }
 
 template <int NW, int ST, int NB, int KA>
-__global__ void __launch_bounds__((NW + 2) * 32, 1)
+__global__ void __launch_bounds__((NW + 1) * 32, 1)
 gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMap tx, const bf16* __restrict__ x,
               const int* __restrict__ eptr, const int2* __restrict__ esc, bf16* __restrict__ out,
               float4* __restrict__ ws, int* __restrict__ sem, int M, int N, int K, int S, uint32_t TL, uint32_t TH,
@@ -1247,7 +1252,6 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
   const uint32_t dbase = smem_u32(dsm), base = (dbase + 1023u) & ~1023u;
   uint8_t* ring = dsm + (base - dbase);
   float4* cbuf = reinterpret_cast<float4*>(ring + (size_t)ST * STAGE);                 // cl: [S - 1][P]
-  float* ecorr = reinterpret_cast<float*>(ring + (size_t)ST * STAGE + (cl ? (size_t)(S - 1) * P * 16 : 0));
   MuseTrace tr_{};
   pdl_trigger();
   cluster_start<P>(cl, S);
@@ -1255,7 +1259,7 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
   const int rg = blockIdx.x, sidx = blockIdx.y;
   int steps, g0;  // g0: first 64-group of the slice
   ring_slice<KA>(K, S, sidx, steps, g0);
-  ring_init<ST>(full, empty, NW + 1);   // the consumers and the correction warp free each stage
+  ring_init<ST>(full, empty, NW);
 
   float acc[NB * 4];
 #pragma unroll
@@ -1271,56 +1275,15 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
       };
       ring_produce<ST, KA>(&tx, full, empty, base, STAGE, 0, XB, steps, g0, load_w);
     }
-  } else if (warp == NW + 1) {
-    // the correction warp: lane = token. The CTA's exceptions of each of its row tiles are a contiguous run of the
-    // tile-major table (k-group ascending); they are applied stage by stage, with x read from the stage's box
-    // (zero past M), so no global load of x and no chain of loads per row. Consumes every stage like a consumer.
-    for (int q = lane; q < 16 * NW * (NTOK + 1); q += 32) ecorr[q] = 0.f;
-    const int KG = K / 64;
-    int cur[NWG], end[NWG], cb[NWG];   // next entry, end of the run, first entry of the chunk in c0
-    int2 c0[NWG], c1[NWG];             // lane l: entries cb + l and cb + 32 + l (the next chunk, in flight)
-    const int2 none = make_int2(0x7fffffff, 0);
-#pragma unroll
-    for (int g = 0; g < NWG; g++) {  // the side table is constant after prepare: read before the wait
-      const int t = rg * NWG + g;
-      cur[g] = cb[g] = __ldg(eptr + (size_t)t * KG + g0);
-      end[g] = (dbg & 1) ? cur[g] : __ldg(eptr + (size_t)t * KG + g0 + steps * KA);   // dbg & 1: none applied
-      c0[g] = cb[g] + lane < end[g] ? __ldg(esc + cb[g] + lane) : none;
-      c1[g] = cb[g] + 32 + lane < end[g] ? __ldg(esc + cb[g] + 32 + lane) : none;
-    }
-    for (int i = 0; i < steps; i++) {
-      const int s = i % ST;
-      mbar_wait(&full[s], (i / ST) & 1);
-      const int gs = g0 + i * KA;     // the stage's first 64-group
-      const uint8_t* xs = ring + (size_t)s * STAGE + lane * 128;
-#pragma unroll
-      for (int g = 0; g < NWG; g++) {
-        while (cur[g] < end[g]) {
-          const int sl = cur[g] - cb[g];
-          if (sl == 32) {             // the next chunk becomes current; the one after it is loaded
-            c0[g] = c1[g];
-            cb[g] += 32;
-            c1[g] = cb[g] + 32 + lane < end[g] ? __ldg(esc + cb[g] + 32 + lane) : none;
-            continue;
-          }
-          const int ex = __shfl_sync(0xffffffffu, c0[g].x, sl), ey = __shfl_sync(0xffffffffu, c0[g].y, sl);
-          const int a = (ex >> 12) - gs;
-          if (a >= KA) break;         // the entry belongs to a later stage
-          const int r = (ex >> 6) & 63, kk = ex & 63;
-          if (lane < NTOK) {
-            const uint32_t off = a * XB + ((((kk >> 3) ^ (lane & 7)) << 4) | ((kk & 7) << 1));
-            const float xv = __bfloat162float(*reinterpret_cast<const bf16*>(xs + off));
-            float* ec = ecorr + (g * 64 + r) * (NTOK + 1) + lane;
-            *ec += __int_as_float(ey) * xv;   // q >= M: x is zero there, never stored
-          }
-          cur[g]++;
-        }
-      }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[s]);
-    }
   } else {
-    const int wg = warp >> 2;
+    const int wg = warp >> 2, KG = K / 64, rb = rg * NW + warp;   // rb: this warp's 16-row block
+    // the patch run [cur, end) of this row block and K slice; entry {G << 12 | row << 6 | column, bf16 bits of W}
+    const int2 none = make_int2(0x7fffffff, 0);
+    int cur = __ldg(eptr + (size_t)rb * KG + g0), cb = cur;
+    const int end = (dbg & 1) ? cur : __ldg(eptr + (size_t)rb * KG + g0 + steps * KA);  // dbg & 1: no patches
+    int2 c0 = cb + lane < end ? __ldg(esc + cb + lane) : none;              // entries cb + lane
+    int2 c1 = cb + 32 + lane < end ? __ldg(esc + cb + 32 + lane) : none;    // the next chunk, in flight
+    int ex = __shfl_sync(0xffffffffu, c0.x, 0), ey = __shfl_sync(0xffffffffu, c0.y, 0);  // the next patch
     for (int i = 0; i < steps; i++) {
       const int s = i % ST;
       mbar_wait(&full[s], (i / ST) & 1);
@@ -1348,6 +1311,34 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
         f[a][3] = decz(A1.z, A1.w, B.w, TL, TH);
 #endif
       }
+      // patches of this stage: element (row r, column kk) of group a sits in fragment kk >> 4, lane
+      // (r & 7) * 4 + (kk & 7) / 2, word (r >> 3) + 2 ((kk >> 3) & 1), half kk & 1 (mma16816's A layout)
+      const int gs = g0 + i * KA;
+      while ((ex >> 12) - gs < KA) {
+        const int a = (ex >> 12) - gs, r = (ex >> 6) & 15, kk = ex & 63;
+        if (lane == (((r & 7) << 2) | ((kk & 7) >> 1))) {
+          const int fi = kk >> 4, wd = (r >> 3) | (((kk >> 3) & 1) << 1), h = kk & 1;
+          const uint32_t bits = (uint32_t)ey & 0xFFFFu;
+#pragma unroll
+          for (int aa = 0; aa < KA; aa++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+              if (aa == a && j == fi) {
+                if (wd == 0) patch_half(f[aa][j].x, bits, h);
+                else if (wd == 1) patch_half(f[aa][j].y, bits, h);
+                else if (wd == 2) patch_half(f[aa][j].z, bits, h);
+                else patch_half(f[aa][j].w, bits, h);
+              }
+        }
+        if (++cur - cb == 32) {        // the chunk in flight becomes current; the one after it is loaded
+          c0 = c1;
+          cb += 32;
+          c1 = cb + 32 + lane < end ? __ldg(esc + cb + 32 + lane) : none;
+        }
+        const int sx = __shfl_sync(0xffffffffu, c0.x, cur - cb), sy = __shfl_sync(0xffffffffu, c0.y, cur - cb);
+        ex = cur < end ? sx : none.x;
+        ey = sy;
+      }
 #ifdef MUSE_TZ_NOMMA
       uint32_t h = 0;
 #pragma unroll
@@ -1372,7 +1363,7 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
     }
   }
   pdl_wait();
-  __syncthreads();   // every stage consumed (the ring is free), ecorr complete
+  __syncthreads();   // every stage consumed: the ring is free
   constexpr int NT = NW * 32, J = NB;
   float4* red = reinterpret_cast<float4*>(ring);
   if (warp < NW) {
@@ -1383,17 +1374,7 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
   __syncthreads();
   float4 res[J];
 #pragma unroll
-  for (int j = 0; j < J; j++) {
-    const int p = tid + j * NT;
-    res[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (tid < NT) {
-      const int pl = p & 31, nbo = (p >> 5) % NB, r = (p >> 5) / NB, pg = pl >> 2, pt = pl & 3;
-      const float* e0 = ecorr + (r * 16 + pg) * (NTOK + 1) + nbo * 8 + 2 * pt;
-      const float* e1 = e0 + 8 * (NTOK + 1);
-      const float4 v = red[p];
-      res[j] = make_float4(v.x + e0[0], v.y + e0[1], v.z + e1[0], v.w + e1[1]);
-    }
-  }
+  for (int j = 0; j < J; j++) res[j] = tid < NT ? red[tid + j * NT] : make_float4(0.f, 0.f, 0.f, 0.f);
   combine_store<false, true, NB, NW, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
 
@@ -1542,7 +1523,7 @@ static int launch_gemvz(const void* x, const void* w, const void* eptr, const vo
     if (e) return e;
     CUtensorMap tx;
     if ((e = make_tmap(&tx, x, M, K, 8 * NB))) return e;
-    return launch_pdl(gemvtz_kernel<NW, U, NB, R>, dim3(N / (16 * NW), S), dim3((NW + 2) * 32), st, pdl,
+    return launch_pdl(gemvtz_kernel<NW, U, NB, R>, dim3(N / (16 * NW), S), dim3((NW + 1) * 32), st, pdl,
                       cl ? S : 1, gemvtz_smem(NW, U, NB, R, S, cl), co, (const uint8_t*)w, tx, (const bf16*)x,
                       (const int*)eptr, (const int2*)esc, (bf16*)out, (float4*)ws, (int*)sem, M, N, K, S, TL, TH, dbg, cl);
   } else {
@@ -1882,8 +1863,8 @@ def split_hi_lo(w32):
 # ===================================================================================================
 ZSIGN_BIT = (7, 15, 23, 31, 3, 11, 19, 27)   # code-word bit that holds the sign of fragment element j
 
-# tptr / tesc (pack_tz only): the side table tile-major for gemvtz_kernel's correction warp (see pack_tz)
-ZPack = collections.namedtuple("ZPack", "stream eptr esc capr window TL TH mode n_exc exc_cols tptr tesc",
+# pptr / pesc (pack_tz only): the exceptions as gemvtz_kernel's patches (patch_table)
+ZPack = collections.namedtuple("ZPack", "stream eptr esc capr window TL TH mode n_exc exc_cols pptr pesc",
                                defaults=(None, None))
 
 
@@ -2311,9 +2292,8 @@ def gemv_fits(cfg, N, K, m, dual=False):
 
 def gemvtz_smem(nw, st, nb, ka, s=1, cl=0):
     """Compressed PIPE 6's dynamic shared memory (gemvtz_smem in the CUDA): alignment slack, the ring (per stage ka
-    groups of x, 8 nb tokens x 128 B, and of weights, 6 KB a warpgroup), with cl the leader's cbuf, and ecorr."""
-    return (1024 + st * ka * (8 * nb * 128 + nw // 4 * 6144) + ((s - 1) * nw * nb * 32 * 16 if cl else 0) +
-            16 * nw * (8 * nb + 1) * 4)
+    groups of x, 8 nb tokens x 128 B, and of weights, 6 KB a warpgroup), and with cl the leader's cbuf."""
+    return 1024 + st * ka * (8 * nb * 128 + nw // 4 * 6144) + ((s - 1) * nw * nb * 32 * 16 if cl else 0)
 
 
 def gemvz_fits(cfg, N, K, m):
@@ -2756,27 +2736,29 @@ def pack_tz(w):
     tiles = z.stream.view(N // 64, 4, K // 64, 1536).permute(0, 2, 1, 3).reshape(N // 64, K // 64, 6144).contiguous()
     exc_cols = sorted({int(c) for c in perm[torch.tensor(z.exc_cols, dtype=torch.int64, device=w.device)].tolist()}) \
         if n else []
-    tptr, tesc = tile_side_table(eptr, esc, n, N, K)
-    return z._replace(stream=tiles, esc=esc, exc_cols=exc_cols, tptr=tptr, tesc=tesc)
+    pptr, pesc = patch_table(w, eptr, esc, n)
+    return z._replace(stream=tiles, esc=esc, exc_cols=exc_cols, pptr=pptr, pesc=pesc)
 
 
-def tile_side_table(eptr, esc, n, N, K):
-    """The side table as gemvtz_kernel's correction warp walks it: per 64-row tile t and 64-group G, the entries
-    tesc[tptr[t K/64 + G] .. tptr[t K/64 + G + 1]) = int2 {G << 12 | row in tile << 6 | column in group, fp32 bits
-    of the correction}, ordered by (t, G, row, column), so a CTA's K slice of a tile is one contiguous run in k order.
-    eptr / esc: the row CSR with natural k (pack_tz's). Returns (tptr int32 [N/64 K/64 + 1], tesc int32 [max(n, 1), 2])."""
-    KG, dev = K // 64, eptr.device
-    tptr = torch.zeros(N // 64 * KG + 1, dtype=torch.int32, device=dev)
-    tesc = torch.zeros((max(n, 1), 2), dtype=torch.int32, device=dev)
+def patch_table(w, eptr, esc, n):
+    """The exceptions as gemvtz_kernel patches them into its fragments: per 16-row block b and 64-group G, the
+    entries pesc[pptr[b K/64 + G] .. pptr[b K/64 + G + 1]) = int32 pairs {G << 12 | row in block << 6 | column in
+    group, W's bf16 bits}, ordered by (b, G, row, column): a warp's K slice is one contiguous run, in stage order.
+    w: W [N, K] bf16; eptr / esc: its row CSR with natural k (pack_tz's). Returns (pptr int32 [N/16 K/64 + 1],
+    pesc int32 [max(n, 1), 2])."""
+    N, K = w.shape
+    KG, dev = K // 64, w.device
+    pptr = torch.zeros(N // 16 * KG + 1, dtype=torch.int32, device=dev)
+    pesc = torch.zeros((max(n, 1), 2), dtype=torch.int32, device=dev)
     if n:
         rows = torch.arange(N, device=dev).repeat_interleave((eptr[1:] - eptr[:-1]).long())
         k = esc[:n, 0].long()
-        cell = (rows // 64) * KG + k // 64
-        order = torch.argsort(cell * 4096 + (rows % 64) * 64 + k % 64)
-        tesc[:n, 0] = ((k // 64) << 12 | (rows % 64) << 6 | k % 64)[order].to(torch.int32)
-        tesc[:n, 1] = esc[:n, 1][order]
-        tptr[1:] = torch.cumsum(torch.bincount(cell, minlength=N // 64 * KG), 0).to(torch.int32)
-    return tptr, tesc
+        cell = (rows // 16) * KG + k // 64
+        order = torch.argsort(cell * 1024 + (rows % 16) * 64 + k % 64)
+        pesc[:n, 0] = ((k // 64) << 12 | (rows % 16) << 6 | k % 64)[order].to(torch.int32)
+        pesc[:n, 1] = (w[rows, k].view(torch.int16).to(torch.int32) & 0xFFFF)[order]
+        pptr[1:] = torch.cumsum(torch.bincount(cell, minlength=N // 16 * KG), 0).to(torch.int32)
+    return pptr, pesc
 
 
 def kernel_fn(x, layer, out=None):
@@ -2823,8 +2805,8 @@ def kernel_fn(x, layer, out=None):
         _EXT.gemv(x, w, layer.w2 if layer.w2 is not None else w, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.u, c.r, nb_of(m),
                   layer.dual, c.pipe, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
     else:
-        z = layer.zt if c.pipe == 6 else layer.z          # PIPE 6 (TMA): pack_tz's tiles, tile-major side table
-        eptr, esc = (z.tptr, z.tesc) if c.pipe == 6 else (z.eptr, z.esc)
+        z = layer.zt if c.pipe == 6 else layer.z          # PIPE 6 (TMA): pack_tz's tiles and patch table
+        eptr, esc = (z.pptr, z.pesc) if c.pipe == 6 else (z.eptr, z.esc)
         _EXT.gemvz(x, z.stream, eptr, esc, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.ug, c.r,
                    nb_of(m), c.pipe, z.TL, z.TH, layer.dbg, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
     return out

@@ -247,28 +247,30 @@ def test_pack_tz_tiles_decode_to_w_with_natural_k_corrections(N, K):
 
 
 @pytest.mark.parametrize("N, K", [(128, 512), (192, 1024)])
-def test_tile_side_table_holds_every_exception_once_in_k_order_per_cell(N, K):
-    # gemvtz_kernel's correction warp walks tesc[tptr[t K/64 + g0] .. tptr[t K/64 + g1]) for its tile t and K slice
+def test_patch_table_holds_every_exception_once_with_w_bits_in_stage_order(N, K):
+    # gemvtz_kernel's warp for 16-row block b walks pesc[pptr[b K/64 + g0] .. pptr[b K/64 + g1]) for its K slice and
+    # writes each entry's bits over the element decz gave
     W = lab3.trained_like_np(N, K, seed=12)
     rng = np.random.default_rng(3)
-    for r, k in zip(rng.integers(0, N, 40), rng.integers(0, K, 40)):
-        W[r, k] = 0x7F80                              # +Inf: exceptions in many cells, some cells with several
-    W[70, 64:70] = 0x7F80                             # one row, one cell, six entries
+    for r, k in zip(rng.integers(0, N, 12), rng.integers(0, K, 12)):
+        W[r, k] = rng.choice([0x7F80, 0xFF80, 0x7FC1, 0x7F7F])   # Inf, -Inf, NaN, the largest finite: exceptions
+    W[70, 64:70] = 0x3F80 + np.arange(6)              # one row, one cell, six entries (about 1.0: out of window)
     z = submission.pack_tz(_bf16(W))
-    tptr, tesc = z.tptr.numpy(), z.tesc.numpy()
+    pptr, pesc = z.pptr.numpy(), z.pesc.numpy()
     KG = K // 64
-    assert tptr.shape == (N // 64 * KG + 1,) and tptr[0] == 0 and tptr[-1] == z.n_exc and (np.diff(tptr) >= 0).all()
-    got = set()
-    for t in range(N // 64):
+    assert pptr.shape == (N // 16 * KG + 1,) and pptr[0] == 0 and pptr[-1] == z.n_exc and (np.diff(pptr) >= 0).all()
+    got = []
+    for b in range(N // 16):
         for G in range(KG):
-            run = tesc[tptr[t * KG + G]:tptr[t * KG + G + 1]]
+            run = pesc[pptr[b * KG + G]:pptr[b * KG + G + 1]]
             assert ((run[:, 0] >> 12) == G).all()
             keys = [(int(e >> 6) & 63, int(e) & 63) for e in run[:, 0]]
-            assert keys == sorted(keys)                # row, then column: each row's entries in k order
-            got |= {(t * 64 + r, G * 64 + kk, int(c)) for (r, kk), c in zip(keys, run[:, 1])}
+            assert keys == sorted(keys) and all(r < 16 for r, _ in keys)
+            got += [(b * 16 + r, G * 64 + kk, int(v)) for (r, kk), v in zip(keys, run[:, 1])]
     eptr, esc = z.eptr.numpy(), z.esc.numpy()
-    want = {(r, int(esc[j, 0]), int(esc[j, 1])) for r in range(N) for j in range(eptr[r], eptr[r + 1])}
-    assert len(got) == z.n_exc and got == want
+    want = [(r, int(esc[j, 0]), int(W[r, esc[j, 0]])) for r in range(N) for j in range(eptr[r], eptr[r + 1])]
+    assert len(got) == z.n_exc and sorted(got) == sorted(want)
+    assert [g for g in got if g[0] == 70 and 64 <= g[1] < 70] == [(70, 64 + i, 0x3F80 + i) for i in range(6)]
 
 
 def test_compressed_pipe6_fits_rules():

@@ -3,8 +3,9 @@ shared memory) on every bf16 layer, whether or not the tables pick it: SPEC accu
 m = 1..32 (odd m too: x's rows past m come from the copy's zero fill), the cluster and ticket split-K, one and two
 atoms a stage, determinism, graph replays and a chain under PDL. The kernels come from an extension of their own
 (tune.py's build, the PIPE 6 instantiations only), swapped in for this module. The compressed PIPE 6
-(gemvtz_kernel: the 12-bit stream in the same ring, decoded into wgmma's A registers, plus correction warps) gets
-the same checks, probes on exception columns first, and a check that its corrections are needed and applied."""
+(gemvtz_kernel: the 12-bit stream in the same ring, decoded into wgmma's A registers, its exceptions patched into
+them) gets the same checks, probes on exception columns first, a check that its patches are needed and applied, and
+a check that it returns the plain PIPE 6's bits (the tensor cores see the same operands in the same order)."""
 import pytest
 import torch
 
@@ -128,20 +129,43 @@ def test_compressed_pipe6_is_accurate_and_probes_are_exact(layers, suite, name, 
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_compressed_pipe6_corrections_are_needed_and_applied(layers, suite, name):
+def test_compressed_pipe6_patches_are_needed_and_applied(layers, suite, name):
     L, w = layers[name]
     k = L.exception_columns()[0]
     for m in (16, 32):
         L.set_config(m, configs(name, m, True)[0])
         x = torch.zeros(m, L.K, dtype=torch.bfloat16, device=DEV)
         x[:, k] = 1.0
-        judge.check_probe(suite.call(x, L)[m - 1], w[:, k], False, f"{name} compressed PIPE 6 with corrections")
+        judge.check_probe(suite.call(x, L)[m - 1], w[:, k], False, f"{name} compressed PIPE 6 with its patches")
         L.dbg = 1
         try:
             wrong = suite.call(x, L)[m - 1]
         finally:
             L.dbg = 0
-        assert not torch.equal(wrong.view(torch.int16), w[:, k].view(torch.int16)), "skipping corrections changed nothing"
+        assert not torch.equal(wrong.view(torch.int16), w[:, k].view(torch.int16)), "skipping the patches changed nothing"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_compressed_pipe6_returns_the_plain_pipe6_bits(layers, suite, name):
+    L, w = layers[name]
+    for m in (1, 16, 32):
+        x = judge.fresh_x(m, L.K, 60 + m, DEV)
+        n = 0
+        for nw in (4, 8):
+            for stz, stp, ka in ((4, 4, 1), (6, 8, 2)):
+                for s in (1, 3):
+                    cz = S.GemvzConfig(nw, s, stz, ka, 6, 0, 1, 0)
+                    cp = S.GemvConfig(nw, s, stp, ka, 6, 0, 1, 0)
+                    if S.gemvz_fits(cz, L.N, L.K, m) or S.gemv_fits(cp, L.N, L.K, m):
+                        continue
+                    L.set_config(m, cz)
+                    yz = S.kernel_fn(x, L).clone()
+                    L.set_config(m, cp)
+                    yp = S.kernel_fn(x, L)
+                    assert torch.equal(yz.view(torch.int16), yp.view(torch.int16)), f"{name} m={m} {cz} vs {cp}"
+                    n += 1
+        assert n >= 4, (name, m)
+    judge.check_close(yz.float(), judge.reference(x, w), False, f"{name} compressed PIPE 6")
 
 
 @pytest.mark.parametrize("name", NAMES)
