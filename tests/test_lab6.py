@@ -228,7 +228,7 @@ def test_tma_kperm_puts_wgmma_natural_k_in_each_fragment():
 
 
 @pytest.mark.parametrize("N, K", [(64, 128), (128, 512)])
-def test_pack_tz_tiles_decode_to_w_with_natural_k_corrections(N, K):
+def test_pack_tz_tiles_decode_to_w_with_the_patches_and_with_the_natural_k_csr(N, K):
     W = lab3.trained_like_np(N, K, seed=11)
     W[3, 5] = 0x7F80                                  # +Inf: out of any window, an exception at a known column
     z = submission.pack_tz(_bf16(W))
@@ -243,7 +243,13 @@ def test_pack_tz_tiles_decode_to_w_with_natural_k_corrections(N, K):
     for r in range(N):                                 # natural k, ascending inside each row's CSR range
         ks = esc[eptr[r]:eptr[r + 1], 0]
         assert list(ks) == sorted(ks)
-    assert lab3.same_bits(lab3.restore_np(nat, eptr, esc), W).all()
+    assert lab3.same_bits(lab3.restore_np(nat, eptr, esc), W).all()        # the row CSR (v + c) pack_tz still returns
+    pptr, pesc = z.pptr.numpy(), z.pesc.numpy()                            # what the kernel uses: W's bits patched in
+    KG = K // 64
+    for cell in range(N // 16 * KG):
+        for e, bits in pesc[pptr[cell]:pptr[cell + 1]]:
+            nat[16 * (cell // KG) + ((e >> 6) & 15), 64 * (e >> 12) + (e & 63)] = bits
+    assert np.array_equal(nat, W)
 
 
 @pytest.mark.parametrize("N, K", [(128, 512), (192, 1024)])
@@ -297,21 +303,27 @@ _OUTLIERS = [(3, 40, 0x3F40), (17, 130, 0xBFC0), (40, 5, 0x4100), (40, 70, 0xC0C
 
 
 def _tz_args(z):
-    """pack_tz's ZPack (torch, CPU) -> gemvtz_emulate's first five arguments, as numpy."""
-    return z.stream.numpy(), z.eptr.numpy(), z.esc.numpy(), z.TL, z.TH
+    """pack_tz's ZPack (torch, CPU) -> gemvtz_emulate's first five arguments (tiles, the patch table), as numpy."""
+    return z.stream.numpy(), z.pptr.numpy(), z.pesc.numpy(), z.TL, z.TH
 
 
 def test_lab6_part4_prints_its_verifications(lab6_run):
     p = lab6_run
     assert p.returncode == 0, f"lab6 exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     for line in ("verified: tz_perm (lab3.frag_pos + the m16n8k16 A layout) is a permutation of each 64-group",
-                 "verified: tile row block rb at rb*1536, decoded (decz) and un-permuted, plus the natural-k",
+                 "verified: patch_pos: element (r, kk) of a warp's 16 x 64 group is one register half",
+                 "verified: tile row block rb at rb*1536, decoded (decz) and un-permuted, with the patch table's bits "
+                 "written at (16 b + row, 64 G + column) == W bit for bit",
+                 "verified: the natural-k row CSR pack_tz still returns (v + c, fp32; the kernel no longer reads it)",
                  "verified: gemvtz_emulate M=17 NW=4 KA=1 S=3: within the SPEC tolerance",
+                 "verified: gemvtz_emulate M=9 NW=8 KA=2 S=3 == gemvt_emulate (pack_tma_np's tiles) bit for bit",
+                 "verified: gemvtz_emulate M=32 NW=8 KA=1 S=8 == gemvt_emulate (pack_tma_np's tiles) bit for bit",
                  "verified: probe on exception column 200: y[5] == W[:, 200] bit for bit",
-                 "verified: probe on column 200 with the corrections skipped (dbg & 1) is wrong in exactly rows [3]",
+                 "verified: probe on column 200 with the patches skipped (dbg & 1) is wrong in exactly rows [3]",
                  "verified: negative: the unpermuted stream (lab3's pack_z order) with x in natural order fails",
                  "lab6: all checks passed"):
         assert line in p.stdout, line
+    assert "correction" not in p.stdout
 
 
 @pytest.mark.parametrize("K", [64, 256, 1024])
@@ -333,6 +345,11 @@ def test_pack_tz_np_matches_pack_tz(N, K, plants):
     assert np.array_equal(got.stream.numpy(), want["stream"])
     assert np.array_equal(got.eptr.numpy(), want["eptr"])
     assert np.array_equal(got.esc.numpy(), want["esc"])
+    assert got.pptr.dtype == got.pesc.dtype == torch.int32 and want["pptr"].dtype == want["pesc"].dtype == np.int32
+    assert got.pptr.shape == want["pptr"].shape == (N // 16 * (K // 64) + 1,)
+    assert got.pesc.shape == want["pesc"].shape == (max(want["n_exc"], 1), 2)
+    assert np.array_equal(got.pptr.numpy(), want["pptr"])
+    assert np.array_equal(got.pesc.numpy(), want["pesc"])
     assert (int(got.TL), int(got.TH)) == (int(want["TL"]), int(want["TH"]))
     assert (got.n_exc, got.capr, got.mode, list(got.window), list(got.exc_cols)) == \
         (want["n_exc"], want["capr"], want["mode"], list(want["window"]), want["exc_cols"])
@@ -375,7 +392,7 @@ def test_gemvtz_emulate_within_spec_tolerance(N, K, M, nw, ka, s, plants):
     (20, 301, 0x7F00, [(21, 302, 0x0001)]),       # a subnormal elsewhere: zero-class mode, v = +0, c = W
 ])
 @pytest.mark.parametrize("nw,ka,s", [(4, 1, 3), (8, 2, 2)])
-def test_one_hot_probe_on_exception_column_exact_with_corrections_wrong_without(r0, k, b, more, nw, ka, s):
+def test_one_hot_probe_on_exception_column_exact_with_patches_wrong_without(r0, k, b, more, nw, ka, s):
     N, K, M, tok = 128, 512, 9, 5
     W = lab6.planted_np(N, K, 21, [(r0, k, b)] + more)
     z = submission.pack_tz(_bf16(W))
@@ -389,33 +406,39 @@ def test_one_hot_probe_on_exception_column_exact_with_corrections_wrong_without(
     y = lab6.gemvtz_emulate(*_tz_args(z), x, N, K, nw, ka, s)
     assert np.array_equal(y[tok], W[:, k])
     assert not np.delete(y, tok, axis=0).any()
-    y0 = lab6.gemvtz_emulate(*_tz_args(z), x, N, K, nw, ka, s, corrections=False)
+    y0 = lab6.gemvtz_emulate(*_tz_args(z), x, N, K, nw, ka, s, patches=False)      # dbg & 1
     assert np.flatnonzero(y0[tok] != W[:, k]).tolist() == rows      # wrong exactly in the exception rows
     assert np.array_equal(np.delete(y0[tok], rows), np.delete(W[:, k], rows))
 
 
-def test_probe_needs_the_natural_k_side_table():
-    N, K, k = 128, 512, 200                         # tz_perm(512)[200] != 200: the stream column differs
+@pytest.mark.parametrize("nw,ka,s", [(4, 1, 3), (8, 2, 2)])
+def test_probe_needs_the_natural_column_in_the_patch_table(nw, ka, s):
+    N, K, k = 128, 512, 200                         # natural k 200 sits at stream column 194: tz_perm(512)[194] == 200
     W = lab6.planted_np(N, K, 21, [(3, k, 0x7F00)])
     perm = lab6.tz_perm(K)
-    assert perm[k] != k
+    ks = int(np.flatnonzero(perm == k)[0])
+    assert ks == 194 and W[3, ks] != W[3, k]
     z = lab6.pack_tz_np(W)
-    zs = lab3.pack_z_np(W[:, perm])                 # same stream; the side table still in stream columns
-    x = np.zeros((1, K), np.uint16)
-    x[0, k] = 0x3F80
-    args = (z["stream"], z["eptr"], z["esc"], z["TL"], z["TH"])
-    assert np.array_equal(lab6.gemvtz_emulate(*args, x, N, K, 4, 1, 3)[0], W[:, k])
-    bad = lab6.gemvtz_emulate(z["stream"], zs["eptr"], zs["esc"], z["TL"], z["TH"], x, N, K, 4, 1, 3)[0]
-    assert bad[3] != W[3, k]
+    zs = lab3.pack_z_np(W[:, perm])                 # same stream; its side table in stream columns
+    pptr, pesc = lab6.patch_table_np(W[:, perm], zs["eptr"], zs["esc"], zs["n_exc"])   # W's bits at stream columns
+    assert np.array_equal(pptr, z["pptr"]) and np.array_equal(np.sort(pesc[:, 1]), np.sort(z["pesc"][:, 1]))
+    for col, want in ((k, W[3, k]), (ks, W[3, ks])):
+        x = np.zeros((1, K), np.uint16)
+        x[0, col] = 0x3F80
+        good = lab6.gemvtz_emulate(z["stream"], z["pptr"], z["pesc"], z["TL"], z["TH"], x, N, K, nw, ka, s)[0]
+        assert np.array_equal(good, W[:, col])
+        bad = lab6.gemvtz_emulate(z["stream"], pptr, pesc, z["TL"], z["TH"], x, N, K, nw, ka, s)[0]
+        assert bad[3] != want                       # the bits land on wgmma's k ks, column k keeps decz's v
+    assert bad[3] == W[3, k]                        # probing column ks returns W[3, k]: the patch moved, not lost
 
 
 def test_inf_weight_propagates_like_the_reference():
     N, K, M = 128, 256, 3
-    W = lab6.planted_np(N, K, 5, [(3, 5, 0x7F80)] + _OUTLIERS)          # +Inf: an exception with c = +Inf
+    W = lab6.planted_np(N, K, 5, [(3, 5, 0x7F80)] + _OUTLIERS)          # +Inf: an exception, patched in as +Inf
     z = submission.pack_tz(_bf16(W))
     x = lab6.bf16_normal(np.random.default_rng(5), (M, K))
-    y = lab6.gemvtz_emulate(*_tz_args(z), x, N, K, 4, 1, 3)
-    with np.errstate(invalid="ignore"):             # Inf - Inf in the reference and the check
+    with np.errstate(invalid="ignore"):             # Inf - Inf in the reference, the check and the wgmma (patched Inf)
+        y = lab6.gemvtz_emulate(*_tz_args(z), x, N, K, 4, 1, 3)
         ok, worst = lab6.check_close_np(y, _ref(x, W))
         assert ok, worst
         assert np.isinf(lab6.bf16_to_f32(y[:, 3])).all()
@@ -432,14 +455,14 @@ def test_unpermuted_stream_fails_the_tolerance():
     rng = np.random.default_rng(6)
     W = lab6.planted_np(N, K, 6, _OUTLIERS)
     x = lab6.bf16_normal(rng, (M, K))
-    z = lab6.pack_tz_np(W, kperm=False)             # lab3's pack_z order, regrouped into tiles, natural-k table
-    y = lab6.gemvtz_emulate(z["stream"], z["eptr"], z["esc"], z["TL"], z["TH"], x, N, K, 4, 1, 3)
+    z = lab6.pack_tz_np(W, kperm=False)             # lab3's pack_z order, regrouped into tiles, natural-k patches
+    y = lab6.gemvtz_emulate(z["stream"], z["pptr"], z["pesc"], z["TL"], z["TH"], x, N, K, 4, 1, 3)
     ok, worst = lab6.check_close_np(y, _ref(x, W))
     assert not ok and worst > 1
     with pytest.raises(judge.CheckFailed):
         judge.check_close(_bf16(y), torch.from_numpy(_ref(x, W)), False, "unpermuted stream")
     zp = lab6.pack_tz_np(W)                         # the same W and x through the permuted stream pass
-    assert lab6.check_close_np(lab6.gemvtz_emulate(zp["stream"], zp["eptr"], zp["esc"], zp["TL"], zp["TH"], x, N, K,
+    assert lab6.check_close_np(lab6.gemvtz_emulate(zp["stream"], zp["pptr"], zp["pesc"], zp["TL"], zp["TH"], x, N, K,
                                                    4, 1, 3), _ref(x, W))[0]
 
 
@@ -447,5 +470,30 @@ def test_unpermuted_stream_fails_the_tolerance():
                                            (128, 192, 1, 4, 2, 1), (128, 256, 1, 4, 1, 5), (128, 256, 33, 4, 1, 1)])
 def test_gemvtz_emulate_refuses_configs_that_do_not_fit(N, K, M, nw, ka, s):
     with pytest.raises(ValueError, match="does not fit"):
-        lab6.gemvtz_emulate(np.zeros((N // 64, K // 64, 6144), np.uint8), np.zeros(N + 1, np.int32),
+        lab6.gemvtz_emulate(np.zeros((N // 64, K // 64, 6144), np.uint8), np.zeros(N // 16 * (K // 64) + 1, np.int32),
                             np.zeros((1, 2), np.int32), 0, 0, np.zeros((M, K), np.uint16), N, K, nw, ka, s)
+
+
+@pytest.mark.parametrize("N,K,M,nw,ka,s,plants", [
+    (128, 512, 1, 4, 1, 1, _OUTLIERS),
+    (128, 512, 9, 8, 2, 3, _OUTLIERS),            # T = 4 steps over 3 CTAs: 1, 1, 2
+    (192, 640, 32, 4, 1, 3, _OUTLIERS),           # T = 10: 3, 3, 4
+    (256, 1024, 9, 8, 2, 3, _OUTLIERS),           # T = 8: 2, 3, 3; patch runs cross the stage's two groups
+    (128, 1024, 32, 4, 1, 16, _OUTLIERS),         # one group a CTA
+    (128, 512, 1, 8, 1, 3, _OUTLIERS + [(90, 77, 0x0001), (91, 500, 0x8003)]),    # zero-class mode: v = +0
+    (128, 256, 9, 4, 1, 3, [(3, 5, 0x7F80), (40, 70, 0x7FC1), (41, 71, 0xFF80)]),   # +Inf, NaN, -Inf: NaN rows
+])
+def test_gemvtz_emulate_equals_gemvt_emulate_bit_for_bit(N, K, M, nw, ka, s, plants):
+    # the patched fragments are W itself and the wgmma steps run in the same order: the compressed PIPE 6 returns
+    # the plain PIPE 6's bits (the GPU test of gemvtz_kernel asserts the same of the kernels)
+    rng = np.random.default_rng(N + K + M)
+    W = lab6.planted_np(N, K, M + s, plants)
+    x = lab6.bf16_normal(rng, (M, K))
+    z = submission.pack_tz(_bf16(W))
+    assert z.n_exc >= len(plants)
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = lab6.gemvtz_emulate(*_tz_args(z), x, N, K, nw, ka, s)
+        yt = lab6.gemvt_emulate(_u16(submission.pack_tma(_bf16(W))), x, N, K, nw, ka, s)
+        y0 = lab6.gemvtz_emulate(*_tz_args(z), x, N, K, nw, ka, s, patches=False)
+    assert np.array_equal(y, yt)
+    assert not np.array_equal(y0, yt)               # without the patches the exceptions' rows differ
