@@ -1006,6 +1006,7 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 // Keep the compiler from moving accumulator reads or writes across the asynchronous mma.
 template <int N>
 __device__ __forceinline__ void wg_pin(float (&d)[N]) {
@@ -1191,7 +1192,8 @@ gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap
 //   stage = x [KA groups][8 NB tokens x 128 B] (TMA boxes, 128-byte swizzle) then W [NW / 4 warpgroups][KA tiles]
 //   per group a consumer warp reads its row block's A0, A1, B (16 B each per lane, ld.shared), decodes 4 fragments
 //     (decz), patches its exceptions into them (the lane that holds the element writes W's bf16 bits over the
-//     in-window value decz gave) and issues 4 wgmma.m64n(8NB)k16 with A from registers and B = the group's x
+//     in-window value decz gave) and issues 4 wgmma.m64n(8NB)k16 with A from registers and B = the group's x;
+//     software-pipelined: a stage is read, decoded and patched while the previous stage's wgmma run
 //   a warp's patches: its row block's run of the patch table for the CTA's K slice (k-group ascending), 32 entries
 //     a chunk in registers (lane j holds entry j) with the next chunk in flight; read before griddepcontrol.wait
 //   end: D -> split-K combine (gemv_kernel's) -> store
@@ -1276,6 +1278,9 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
       ring_produce<ST, KA>(&tx, full, empty, base, STAGE, 0, XB, steps, g0, load_w);
     }
   } else {
+    // Software-pipelined: stage i's wgmma run while stage i + 1 is read, decoded and patched. The fragments are
+    // wgmma's A registers, read asynchronously: a buffer is refilled only after wgmma.wait_group 1 says the group
+    // that read it (stage i - 1) is done, which also frees stage i - 1's slot of the ring.
     const int wg = warp >> 2, KG = K / 64, rb = rg * NW + warp;   // rb: this warp's 16-row block
     // the patch run [cur, end) of this row block and K slice; entry {G << 12 | row << 6 | column, bf16 bits of W}
     const int2 none = make_int2(0x7fffffff, 0);
@@ -1284,35 +1289,30 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
     int2 c0 = cb + lane < end ? __ldg(esc + cb + lane) : none;              // entries cb + lane
     int2 c1 = cb + 32 + lane < end ? __ldg(esc + cb + 32 + lane) : none;    // the next chunk, in flight
     int ex = __shfl_sync(0xffffffffu, c0.x, 0), ey = __shfl_sync(0xffffffffu, c0.y, 0);  // the next patch
-    for (int i = 0; i < steps; i++) {
+    uint4 f[2][KA][4];
+    // stage i: wait for it, read and decode this warp's fragments into fb, write the stage's patches into them
+    auto decode = [&](uint4 (&fb)[KA][4], int i) {
       const int s = i % ST;
       mbar_wait(&full[s], (i / ST) & 1);
-      const uint32_t sb = base + s * STAGE;
-#ifndef MUSE_TZ_EMPTY  // MUSE_TZ_*: tools/tz_probe.py's timing-only variants (wrong results on purpose)
-      uint4 f[KA][4];
 #pragma unroll
       for (int a = 0; a < KA; a++) {
-#ifdef MUSE_TZ_NOLDS
-        const uint4 A0 = make_uint4(lane, i, a, s), A1 = make_uint4(i, lane, s, a), B = make_uint4(s, a, lane, i);
-#else
         const uint8_t* tp = ring + (size_t)s * STAGE + KA * XB + (wg * KA + a) * TILE + (warp & 3) * 1536 + lane * 16;
         const uint4 A0 = *reinterpret_cast<const uint4*>(tp), A1 = *reinterpret_cast<const uint4*>(tp + 512),
                     B = *reinterpret_cast<const uint4*>(tp + 1024);
-#endif
-#ifdef MUSE_TZ_NODEC
-        f[a][0] = make_uint4(A0.x, A0.y, B.x, B.y);
-        f[a][1] = make_uint4(A0.z, A0.w, B.z, B.w);
-        f[a][2] = make_uint4(A1.x, A1.y, B.x, B.z);
-        f[a][3] = make_uint4(A1.z, A1.w, B.y, B.w);
+#ifdef MUSE_TZ_NODEC  // tools/tz_probe.py's timing-only variant (wrong results on purpose): the raw words as A
+        fb[a][0] = make_uint4(A0.x, A0.y, B.x, B.y);
+        fb[a][1] = make_uint4(A0.z, A0.w, B.z, B.w);
+        fb[a][2] = make_uint4(A1.x, A1.y, B.x, B.z);
+        fb[a][3] = make_uint4(A1.z, A1.w, B.y, B.w);
 #else
-        f[a][0] = decz(A0.x, A0.y, B.x, TL, TH);
-        f[a][1] = decz(A0.z, A0.w, B.y, TL, TH);
-        f[a][2] = decz(A1.x, A1.y, B.z, TL, TH);
-        f[a][3] = decz(A1.z, A1.w, B.w, TL, TH);
+        fb[a][0] = decz(A0.x, A0.y, B.x, TL, TH);
+        fb[a][1] = decz(A0.z, A0.w, B.y, TL, TH);
+        fb[a][2] = decz(A1.x, A1.y, B.z, TL, TH);
+        fb[a][3] = decz(A1.z, A1.w, B.w, TL, TH);
 #endif
       }
-      // patches of this stage: element (row r, column kk) of group a sits in fragment kk >> 4, lane
-      // (r & 7) * 4 + (kk & 7) / 2, word (r >> 3) + 2 ((kk >> 3) & 1), half kk & 1 (mma16816's A layout)
+      // element (row r, column kk) of group a sits in fragment kk >> 4, lane (r & 7) * 4 + (kk & 7) / 2,
+      // word (r >> 3) + 2 ((kk >> 3) & 1), half kk & 1 (mma16816's A layout)
       const int gs = g0 + i * KA;
       while ((ex >> 12) - gs < KA) {
         const int a = (ex >> 12) - gs, r = (ex >> 6) & 15, kk = ex & 63;
@@ -1324,10 +1324,10 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
 #pragma unroll
             for (int j = 0; j < 4; j++)
               if (aa == a && j == fi) {
-                if (wd == 0) patch_half(f[aa][j].x, bits, h);
-                else if (wd == 1) patch_half(f[aa][j].y, bits, h);
-                else if (wd == 2) patch_half(f[aa][j].z, bits, h);
-                else patch_half(f[aa][j].w, bits, h);
+                if (wd == 0) patch_half(fb[aa][j].x, bits, h);
+                else if (wd == 1) patch_half(fb[aa][j].y, bits, h);
+                else if (wd == 2) patch_half(fb[aa][j].z, bits, h);
+                else patch_half(fb[aa][j].w, bits, h);
               }
         }
         if (++cur - cb == 32) {        // the chunk in flight becomes current; the one after it is loaded
@@ -1339,28 +1339,45 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
         ex = cur < end ? sx : none.x;
         ey = sy;
       }
-#ifdef MUSE_TZ_NOMMA
-      uint32_t h = 0;
-#pragma unroll
-      for (int a = 0; a < KA; a++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) h ^= f[a][j].x ^ f[a][j].y ^ f[a][j].z ^ f[a][j].w;
-      acc[0] += __uint_as_float(h & 0x3FFFFFFFu);
-#else
+    };
+    auto issue = [&](const uint4 (&fb)[KA][4], int i) {
+      const uint32_t sb = base + (i % ST) * STAGE;
       wg_pin(acc);
       wg_fence();
 #pragma unroll
       for (int a = 0; a < KA; a++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) wgmma_rs<NB>(acc, f[a][j], wg_desc(sb + a * XB + 32 * j));
+        for (int j = 0; j < 4; j++) wgmma_rs<NB>(acc, fb[a][j], wg_desc(sb + a * XB + 32 * j));
       wg_commit();
-      wg_wait0();
-      wg_pin(acc);
-#endif
-#endif
+    };
+    auto release = [&](int i) {    // stage i's wgmma are complete: its slot of the ring is free
       __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[s]);
+      if (lane == 0) mbar_arrive(&empty[i % ST]);
+    };
+#ifdef MUSE_TZ_EMPTY  // tools/tz_probe.py's timing-only variant: the consumers only wait for each stage and free it
+    for (int i = 0; i < steps; i++) {
+      mbar_wait(&full[i % ST], (i / ST) & 1);
+      release(i);
     }
+#else
+    if (steps > 0) decode(f[0], 0);
+    for (int i = 0; i < steps; i += 2) {
+      issue(f[0], i);
+      wg_wait1();
+      wg_pin(acc);
+      if (i > 0) release(i - 1);
+      if (i + 1 >= steps) break;
+      decode(f[1], i + 1);
+      issue(f[1], i + 1);
+      wg_wait1();
+      wg_pin(acc);
+      release(i);
+      if (i + 2 < steps) decode(f[0], i + 2);
+    }
+    wg_wait0();
+    wg_pin(acc);
+    if (steps > 0) release(steps - 1);
+#endif
   }
   pdl_wait();
   __syncthreads();   // every stage consumed: the ring is free

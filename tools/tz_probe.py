@@ -7,11 +7,10 @@ back-to-back calls), every line in two interleaved rounds.
     python tools/tz_probe.py --build-only                 (fill the extension cache: tools/device.sh prebuild)
     python tools/tz_probe.py pooler:32 unpooler:32 o_proj:16 pooler:1
 
-Variants (macros in gemvtz_kernel's consumer loop):
-    MUSE_TZ_NOMMA   no wgmma (the fragments are folded into one accumulator so the decode is kept)
+Variants (macros in gemvtz_kernel's consumer loop), each also timed with dbg = 1 (no patches):
     MUSE_TZ_NODEC   no decode (the raw words go to wgmma as A)
-    MUSE_TZ_NOLDS   no ld.shared of the tile (words made from the lane and step); with NODEC: wgmma alone
     MUSE_TZ_EMPTY   the consumers only wait for each stage and free it: the ring's own rate
+(Session 10's first runs also had MUSE_TZ_NOMMA and MUSE_TZ_NOLDS, on the loop before it was software-pipelined.)
 Per case, the compressed and plain PIPE 6 configs are screened (3 replays) with the shipped kernel and the best of
 each is timed for every variant.
 """
@@ -27,7 +26,7 @@ import judge
 import submission as S
 import tune
 
-VARIANTS = ("", "MUSE_TZ_NOMMA", "MUSE_TZ_NODEC", "MUSE_TZ_NOLDS+MUSE_TZ_NODEC", "MUSE_TZ_EMPTY")
+VARIANTS = ("", "MUSE_TZ_NODEC", "MUSE_TZ_EMPTY")
 NBS = (1, 2, 4)
 
 
