@@ -1194,8 +1194,9 @@ gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap
 //     (decz), patches its exceptions into them (the lane that holds the element writes W's bf16 bits over the
 //     in-window value decz gave) and issues 4 wgmma.m64n(8NB)k16 with A from registers and B = the group's x;
 //     software-pipelined: a stage is read, decoded and patched while the previous stage's wgmma run
-//   a warp's patches: its row block's run of the patch table for the CTA's K slice (k-group ascending), 32 entries
-//     a chunk in registers (lane j holds entry j) with the next chunk in flight; read before griddepcontrol.wait
+//   a lane's patches: its own list in the patch table (the elements it holds, k-group ascending), the next four in
+//     registers; a stage costs one compare per lane unless a lane owns a patch in it (then a branch-free round of
+//     selects over the stage's fragment words per patch); read before griddepcontrol.wait
 //   end: D -> split-K combine (gemv_kernel's) -> store
 // So the tensor cores see W itself, exceptions included: no correction pass, and the sums are the plain path's
 // products. Session 10 measured the correction passes this replaces: lanes a row loading x from global (pooler
@@ -1234,9 +1235,9 @@ __host__ __device__ constexpr size_t gemvtz_smem(int NW, int ST, int NB, int KA,
   return 1024 + (size_t)ST * KA * (8 * NB * 128 + NW / 4 * 6144) + (cl ? (size_t)(S - 1) * NW * NB * 32 * 16 : 0);
 }
 
-// Write a patch's bf16 bits into half h of the fragment word v.
-__device__ __forceinline__ void patch_half(uint32_t& v, uint32_t bits, int h) {
-  v = h ? (v & 0x0000FFFFu) | (bits << 16) : (v & 0xFFFF0000u) | bits;
+// A patch: where hit, the half of the fragment word v that hm selects takes val's (val holds the bits in both).
+__device__ __forceinline__ void patch_word(uint32_t& v, bool hit, uint32_t hm, uint32_t val) {
+  v = hit ? (v & ~hm) | (val & hm) : v;
 }
 
 template <int NW, int ST, int NB, int KA>
@@ -1281,14 +1282,16 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
     // Software-pipelined: stage i's wgmma run while stage i + 1 is read, decoded and patched. The fragments are
     // wgmma's A registers, read asynchronously: a buffer is refilled only after wgmma.wait_group 1 says the group
     // that read it (stage i - 1) is done, which also frees stage i - 1's slot of the ring.
-    const int wg = warp >> 2, KG = K / 64, rb = rg * NW + warp;   // rb: this warp's 16-row block
-    // the patch run [cur, end) of this row block and K slice; entry {G << 12 | row << 6 | column, bf16 bits of W}
-    const int2 none = make_int2(0x7fffffff, 0);
-    int cur = __ldg(eptr + (size_t)rb * KG + g0), cb = cur;
-    const int end = (dbg & 1) ? cur : __ldg(eptr + (size_t)rb * KG + g0 + steps * KA);  // dbg & 1: no patches
-    int2 c0 = cb + lane < end ? __ldg(esc + cb + lane) : none;              // entries cb + lane
-    int2 c1 = cb + 32 + lane < end ? __ldg(esc + cb + 32 + lane) : none;    // the next chunk, in flight
-    int ex = __shfl_sync(0xffffffffu, c0.x, 0), ey = __shfl_sync(0xffffffffu, c0.y, 0);  // the next patch
+    const int wg = warp >> 2, rb = rg * NW + warp;   // rb: this warp's 16-row block
+    // this lane's patches, G ascending: entry {G << 5 | fragment << 3 | word << 1 | half, bf16 bits of W}; the
+    // next four in registers, the one after them loaded as the first moves out. Read before the wait (constant).
+    const int2 none = make_int2(0x7fffffff, 0);                 // G = none.x >> 5: past every slice
+    int nx = __ldg(eptr + rb * 32 + lane);                      // the next entry to load
+    const int end = (dbg & 1) ? nx : __ldg(eptr + rb * 32 + lane + 1);   // dbg & 1: no patches
+    auto load_next = [&]() { const int2 v = nx < end ? __ldg(esc + nx) : none; nx++; return v; };
+    int2 e0 = load_next(), e1 = load_next(), e2 = load_next(), e3 = load_next();
+    auto advance = [&]() { e0 = e1; e1 = e2; e2 = e3; e3 = load_next(); };
+    while ((e0.x >> 5) < g0) advance();                          // patches before this CTA's K slice
     uint4 f[2][KA][4];
     // stage i: wait for it, read and decode this warp's fragments into fb, write the stage's patches into them
     auto decode = [&](uint4 (&fb)[KA][4], int i) {
@@ -1311,33 +1314,25 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
         fb[a][3] = decz(A1.z, A1.w, B.w, TL, TH);
 #endif
       }
-      // element (row r, column kk) of group a sits in fragment kk >> 4, lane (r & 7) * 4 + (kk & 7) / 2,
-      // word (r >> 3) + 2 ((kk >> 3) & 1), half kk & 1 (mma16816's A layout)
+      // the stage's patches: each lane writes its own (a round per patch of the lane with the most in this stage;
+      // usually none or one). Word q = (a * 4 + fragment) * 4 + word of the stage's fragments, half bit 0 of e0.x.
       const int gs = g0 + i * KA;
-      while ((ex >> 12) - gs < KA) {
-        const int a = (ex >> 12) - gs, r = (ex >> 6) & 15, kk = ex & 63;
-        if (lane == (((r & 7) << 2) | ((kk & 7) >> 1))) {
-          const int fi = kk >> 4, wd = (r >> 3) | (((kk >> 3) & 1) << 1), h = kk & 1;
-          const uint32_t bits = (uint32_t)ey & 0xFFFFu;
+      bool mine = (e0.x >> 5) - gs < KA;
+      while (__any_sync(0xffffffffu, mine)) {
+        const int q = mine ? ((e0.x >> 5) - gs) * 16 + ((e0.x >> 1) & 15) : -1;
+        const uint32_t hm = (e0.x & 1) ? 0xFFFF0000u : 0x0000FFFFu, val = ((uint32_t)e0.y & 0xFFFFu) * 0x00010001u;
 #pragma unroll
-          for (int aa = 0; aa < KA; aa++)
+        for (int a = 0; a < KA; a++)
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-              if (aa == a && j == fi) {
-                if (wd == 0) patch_half(fb[aa][j].x, bits, h);
-                else if (wd == 1) patch_half(fb[aa][j].y, bits, h);
-                else if (wd == 2) patch_half(fb[aa][j].z, bits, h);
-                else patch_half(fb[aa][j].w, bits, h);
-              }
-        }
-        if (++cur - cb == 32) {        // the chunk in flight becomes current; the one after it is loaded
-          c0 = c1;
-          cb += 32;
-          c1 = cb + 32 + lane < end ? __ldg(esc + cb + 32 + lane) : none;
-        }
-        const int sx = __shfl_sync(0xffffffffu, c0.x, cur - cb), sy = __shfl_sync(0xffffffffu, c0.y, cur - cb);
-        ex = cur < end ? sx : none.x;
-        ey = sy;
+          for (int j = 0; j < 4; j++) {
+            const int q0 = (a * 4 + j) * 4;
+            patch_word(fb[a][j].x, q == q0, hm, val);
+            patch_word(fb[a][j].y, q == q0 + 1, hm, val);
+            patch_word(fb[a][j].z, q == q0 + 2, hm, val);
+            patch_word(fb[a][j].w, q == q0 + 3, hm, val);
+          }
+        if (mine) advance();
+        mine = (e0.x >> 5) - gs < KA;
       }
     };
     auto issue = [&](const uint4 (&fb)[KA][4], int i) {
@@ -2758,23 +2753,26 @@ def pack_tz(w):
 
 
 def patch_table(w, eptr, esc, n):
-    """The exceptions as gemvtz_kernel patches them into its fragments: per 16-row block b and 64-group G, the
-    entries pesc[pptr[b K/64 + G] .. pptr[b K/64 + G + 1]) = int32 pairs {G << 12 | row in block << 6 | column in
-    group, W's bf16 bits}, ordered by (b, G, row, column): a warp's K slice is one contiguous run, in stage order.
-    w: W [N, K] bf16; eptr / esc: its row CSR with natural k (pack_tz's). Returns (pptr int32 [N/16 K/64 + 1],
-    pesc int32 [max(n, 1), 2])."""
+    """The exceptions as gemvtz_kernel's lanes patch them into their fragments. Element (row r of 16-row block b,
+    column kk of 64-group G) is held by lane L = (r & 7) * 4 + (kk & 7) / 2 of block b's warp, in fragment
+    f = kk >> 4, word d = (r >> 3) + 2 ((kk >> 3) & 1), half h = kk & 1 (mma16816's A layout). Lane list b * 32 + L is
+    pesc[pptr[b * 32 + L] .. pptr[b * 32 + L + 1]): int32 pairs {G << 5 | f << 3 | d << 1 | h, W's bf16 bits},
+    G ascending. w: W [N, K] bf16; eptr / esc: its row CSR with natural k (pack_tz's). Returns
+    (pptr int32 [N/16 * 32 + 1], pesc int32 [max(n, 1), 2])."""
     N, K = w.shape
-    KG, dev = K // 64, w.device
-    pptr = torch.zeros(N // 16 * KG + 1, dtype=torch.int32, device=dev)
+    dev = w.device
+    pptr = torch.zeros(N // 16 * 32 + 1, dtype=torch.int32, device=dev)
     pesc = torch.zeros((max(n, 1), 2), dtype=torch.int32, device=dev)
     if n:
         rows = torch.arange(N, device=dev).repeat_interleave((eptr[1:] - eptr[:-1]).long())
         k = esc[:n, 0].long()
-        cell = (rows // 16) * KG + k // 64
-        order = torch.argsort(cell * 1024 + (rows % 16) * 64 + k % 64)
-        pesc[:n, 0] = ((k // 64) << 12 | (rows % 16) << 6 | k % 64)[order].to(torch.int32)
+        r, kk, G = rows % 16, k % 64, k // 64
+        lane = (rows // 16) * 32 + ((r & 7) << 2 | (kk & 7) >> 1)
+        sel = (kk >> 4) << 3 | ((r >> 3) | ((kk >> 3) & 1) << 1) << 1 | (kk & 1)
+        order = torch.argsort((lane * (K // 64) + G) * 32 + sel)
+        pesc[:n, 0] = (G << 5 | sel)[order].to(torch.int32)
         pesc[:n, 1] = (w[rows, k].view(torch.int16).to(torch.int32) & 0xFFFF)[order]
-        pptr[1:] = torch.cumsum(torch.bincount(cell, minlength=N // 16 * KG), 0).to(torch.int32)
+        pptr[1:] = torch.cumsum(torch.bincount(lane, minlength=N // 16 * 32), 0).to(torch.int32)
     return pptr, pesc
 
 
