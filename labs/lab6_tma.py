@@ -11,9 +11,9 @@ Part 3 runs gemvt_kernel's loops: the uneven split-K, the stage image (per warpg
 It checks the result against a float64 reference with the SPEC tolerance (judge.check_close's rule).
 Part 4 is the compressed PIPE 6 (gemvtz_kernel): pack_tz_np (lab3's 12-bit stream of W with each 64-group's columns
 permuted so that decz's fragment f is wgmma's register A for k16 step f in x's natural order, the side table in
-natural k, the patch table, the stream in 6 KB tiles of 4 row blocks), and gemvtz_emulate: decz into registers, the
-exceptions patched into them (W's bf16 bits), the A tile those registers hold, wgmma against the x box, split-K, bf16;
-bit for bit gemvt_emulate's result; a one-hot probe on an exception column.
+natural k, the per-lane patch lists, the stream in 6 KB tiles of 4 row blocks), and gemvtz_emulate: decz into
+registers, each lane's exceptions patched into them (W's bf16 bits), the A tile those registers hold, wgmma against the
+x box, split-K, bf16; bit for bit gemvt_emulate's result; a one-hot probe on an exception column.
 Independent oracle: this file shares no code with submission.py (tests/test_lab6.py compares the packers). It uses
 lab3's format (pack_z_np, frag_pos, decz, trained_like_np).
 """
@@ -212,7 +212,8 @@ def gemvt_emulate(packed, x, N, K, nw, ka, s):
 # pack_tz compresses W[:, perm]: stream column c holds the natural k that wgmma's step reads from there.
 # The exceptions decode to an in-window v, not W: the consumer warp patches them. The lane that holds element (row r
 # of the warp's 16-row block, natural column kk of group a) writes W's bf16 bits over it before the wgmma, so the
-# tensor cores see W itself. The patch table lists them per 16-row block and 64-group, in the order a warp meets them.
+# tensor cores see W itself. The patch table is one list per lane of each row block's warp, G ascending: each lane
+# walks its own list, in the order it meets the groups.
 TZ_TILE = 4 * 1536      # one compressed tile: 4 row blocks x (A0 | A1 | B: 32 lanes x 16 B each), 64 rows x 64 k
 
 
@@ -237,29 +238,40 @@ def tz_perm(K):
 
 def patch_pos(r, kk):
     """Where the register A of a warp holds element (row r of its 16-row block, column kk of a 64-group):
-    (fragment kk >> 4, lane 4 (r & 7) + (kk & 7) // 2, element j = 2 wd + h with word wd = (r >> 3) + 2 ((kk >> 3) & 1),
-    half h = kk & 1): wgmma_a_pos's inverse inside k16 step kk >> 4 (part 4 checks it)."""
+    (fragment kk >> 4, lane 4 (r & 7) + (kk & 7) // 2, element j = 2 d + h with word d = (r >> 3) + 2 ((kk >> 3) & 1),
+    half h = kk & 1): wgmma_a_pos's inverse inside k16 step kk >> 4 (part 4 checks it). Works on arrays too.
+    A patch entry's low 5 bits are fragment << 3 | j (= f << 3 | d << 1 | h)."""
     return kk >> 4, ((r & 7) << 2) | ((kk & 7) >> 1), 2 * ((r >> 3) | (((kk >> 3) & 1) << 1)) + (kk & 1)
 
 
+def patch_elem(lane, e):
+    """A patch entry e = G << 5 | f << 3 | j of lane's list -> (row in the 16-row block, column in K): the element
+    it overwrites, patch_pos's inverse (wgmma_a_pos's (row, k) in step f, plus 16 f + 64 G). Works on arrays too."""
+    r, kk = wgmma_a_pos(lane, e & 7)
+    return r, 64 * (e >> 5) + 16 * ((e >> 3) & 3) + kk
+
+
 def patch_table_np(W, eptr, esc, n):
-    """The exceptions as gemvtz_kernel patches them (submission.patch_table): per 16-row block b and 64-group G the
-    entries pesc[pptr[b K/64 + G] .. pptr[b K/64 + G + 1]) = int32 pairs {G << 12 | row in block << 6 | column in
-    group, W's bf16 bits}, ordered by (b, G, row, column), so a warp's K slice is one run in stage order.
-    W: bf16 bits [N, K]; eptr / esc: its row CSR in natural k. Returns (pptr int32 [N/16 K/64 + 1],
+    """The exceptions as gemvtz_kernel's lanes patch them (submission.patch_table): element (row r of 16-row block b,
+    column kk of 64-group G) is patched by lane L of block b's warp into fragment f, element j (patch_pos(r, kk)).
+    Lane list b 32 + L is pesc[pptr[b 32 + L] .. pptr[b 32 + L + 1]) = int32 pairs {G << 5 | f << 3 | j, W's bf16
+    bits}, ordered by (b 32 + L, G, f << 3 | j): G ascending, so each lane meets its entries in stage order.
+    W: bf16 bits [N, K]; eptr / esc: its row CSR in natural k. Returns (pptr int32 [N/16 32 + 1],
     pesc int32 [max(n, 1), 2])."""
     W = np.asarray(W, np.uint16)
     N, K = W.shape
     KG = K // 64
-    pptr = np.zeros(N // 16 * KG + 1, np.int32)
+    pptr = np.zeros(N // 16 * 32 + 1, np.int32)
     pesc = np.zeros((max(n, 1), 2), np.int32)
     rows = np.repeat(np.arange(N), np.diff(eptr))
     k = np.asarray(esc[:n, 0], np.int64)
-    key = ((rows // 16) * KG + k // 64) * 1024 + (rows % 16) * 64 + k % 64   # cell, row in block, column in group
-    order = np.argsort(key, kind="stable")
-    pesc[:n, 0] = ((k // 64) << 12 | (rows % 16) << 6 | k % 64)[order]
+    fi, ln, j = patch_pos(rows % 16, k % 64)
+    lane = (rows // 16) * 32 + ln                                 # the lane list: row block b, lane L
+    sel = fi << 3 | j
+    order = np.argsort((lane * KG + k // 64) * 32 + sel, kind="stable")     # keys are unique: one entry per element
+    pesc[:n, 0] = ((k // 64) << 5 | sel)[order]
     pesc[:n, 1] = W[rows, k][order]
-    pptr[1:] = np.cumsum(np.bincount(key // 1024, minlength=N // 16 * KG))
+    pptr[1:] = np.cumsum(np.bincount(lane, minlength=N // 16 * 32))
     return pptr, pesc
 
 
@@ -318,14 +330,17 @@ def gemvtz_emulate(tiles, pptr, pesc, TL, TH, x, N, K, nw, ka, s, patches=True):
     boxes at a XB, then warpgroup g's KA tiles at KA XB + g KA TZ_TILE; the image starts as 0xFF). Per step and group
     a, consumer warp w (warpgroup w >> 2, row block w & 3 of the tile) loads its lane's A0, A1, B (16 B each at
     rb 1536 + 0 / 512 / 1024 + 16 lane) and decodes f0 = decz(A0.x, A0.y, B.x), f1 = decz(A0.z, A0.w, B.y),
-    f2 = decz(A1.x, A1.y, B.z), f3 = decz(A1.z, A1.w, B.w). Then the warp patches the step: it walks its row block's
-    run pesc[pptr[rb K/64 + g0] .. pptr[rb K/64 + g0 + steps KA]) (rb = rg NW + w, the slice's groups g0 ..) while the
-    entry's group G is in the step, and writes the entry's bits into fragment f[G - gs] at patch_pos(row, column).
-    Warpgroup g's wgmma step f multiplies the 64 x 16 A its warps' f registers hold by the box's k 16 f .. 16 f + 15
-    (fp32 accumulators). D is the CTA's partial, the split-K sum takes them in the order 0..S-1 (S = 1: the partial
-    as it is), then bf16. tiles: pack_tz's [N/64, K/64, TZ_TILE] uint8; pptr, pesc: pack_tz's patch table; x: [M, K]
-    bf16 bits, M <= 32; patches=False is dbg & 1. The ring depth ST is not modelled: every stage is written whole
-    before a consumer reads it."""
+    f2 = decz(A1.x, A1.y, B.z), f3 = decz(A1.z, A1.w, B.w). Then each lane patches the step from its own list
+    pesc[pptr[rb 32 + lane] .. pptr[rb 32 + lane + 1]) (rb = rg NW + w; once per CTA it skips the entries with
+    G < g0, the groups before its slice): in rounds (the warp's __any_sync loop) every lane whose next entry
+    {e = G << 5 | f << 3 | d << 1 | h, bits} has G - gs < KA (gs: the step's first group) writes bits into half h of
+    word q = (G - gs) 16 + ((e >> 1) & 15) of the step's fragments (group q >> 4, fragment (q >> 2) & 3, word q & 3)
+    and moves on; entries at or past the slice's end are never reached. Warpgroup g's wgmma step f multiplies the
+    64 x 16 A its warps' f registers hold by the box's k 16 f .. 16 f + 15 (fp32 accumulators). D is the CTA's
+    partial, the split-K sum takes them in the order 0..S-1 (S = 1: the partial as it is), then bf16. tiles: pack_tz's
+    [N/64, K/64, TZ_TILE] uint8; pptr, pesc: pack_tz's per-lane patch lists; x: [M, K] bf16 bits, M <= 32;
+    patches=False is dbg & 1. The ring depth ST is not modelled: every stage is written whole before a consumer
+    reads it; nor the kernel's four entries a lane holds in registers (a window over the same list)."""
     x = np.asarray(x, np.uint16)
     M = x.shape[0]
     NW, KA, S, NB = nw, ka, s, nb_of(M)
@@ -338,8 +353,10 @@ def gemvtz_emulate(tiles, pptr, pesc, TL, TH, x, N, K, nw, ka, s, patches=True):
     XB = NT * 128
     STAGE = KA * (XB + NWG * TZ_TILE)
     pptr, pesc = np.asarray(pptr, np.int64), np.asarray(pesc, np.int64)
-    if pptr.shape != (N // 16 * KG + 1,):
-        raise ValueError(f"pptr has shape {pptr.shape}, a {N}x{K} W has {N // 16 * KG + 1} entries")
+    if pptr.shape != (N // 16 * 32 + 1,):
+        raise ValueError(f"pptr has shape {pptr.shape}, a {N}x{K} W has {N // 16 * 32 + 1} entries (32 lane lists "
+                         f"a row block)")
+    NONE = 0x7FFFFFFF                                           # the kernel's sentinel past a list: G past every slice
     TL, TH = np.uint32(TL), np.uint32(TH)
     w_ = np.arange(NW)
     lane_off = ((w_ >> 2) * KA * TZ_TILE + (w_ & 3) * 1536)[:, None] + 16 * np.arange(32)[None, :]   # [NW, 32]
@@ -349,9 +366,12 @@ def gemvtz_emulate(tiles, pptr, pesc, TL, TH, x, N, K, nw, ka, s, patches=True):
         for sidx in range(S):                                   # blockIdx.y
             s0, steps = split_steps(T, S, sidx)
             g0 = s0 * KA                                        # the slice's first 64-group
-            rb = rg * NW + w_                                   # warp w's 16-row block
-            cur = pptr[rb * KG + g0].copy()                     # warp w's patch run [cur, end)
-            end = pptr[rb * KG + g0 + steps * KA] if patches else cur.copy()
+            li = (rg * NW + w_)[:, None] * 32 + np.arange(32)[None, :]     # [NW, 32]: lane list of warp w's block
+            cur = pptr[li].copy()                               # each lane's next entry: its list is [cur, end)
+            end = pptr[li + 1] if patches else cur.copy()
+            head = lambda: np.where(cur < end, pesc[np.minimum(cur, len(pesc) - 1), 0], NONE)   # next entry's e (e0.x)
+            while ((head() >> 5) < g0).any():                   # the entries before this CTA's slice
+                cur += (head() >> 5) < g0
             acc = np.zeros((NWG, 64, NT), np.float32)
             for i in range(steps):
                 smem = np.full(STAGE, 0xFF, np.uint8)           # producer: one stage
@@ -368,15 +388,16 @@ def gemvtz_emulate(tiles, pptr, pesc, TL, TH, x, N, K, nw, ka, s, patches=True):
                         (A0[..., 0], A0[..., 1], B[..., 0]), (A0[..., 2], A0[..., 3], B[..., 1]),
                         (A1[..., 0], A1[..., 1], B[..., 2]), (A1[..., 2], A1[..., 3], B[..., 3]))])
                 gs = g0 + i * KA                                # the step's first group
-                for w in range(NW):                             # the patches: entries of the step's groups
-                    while cur[w] < end[w] and (pesc[cur[w], 0] >> 12) - gs < KA:
-                        e, bits = int(pesc[cur[w], 0]), int(pesc[cur[w], 1]) & 0xFFFF
-                        a = (e >> 12) - gs
-                        if a >= 0:                              # (a group before the step: the kernel writes nothing)
-                            fi, ln, j = patch_pos((e >> 6) & 15, e & 63)
-                            sh, v = 16 * (j & 1), f[a][fi][j >> 1]
+                mine = (head() >> 5) - gs < KA                  # lanes with a patch in this step
+                while mine.any():                               # a round: each such lane writes its next entry
+                    for w, ln in zip(*np.nonzero(mine)):
+                        e, bits = int(pesc[cur[w, ln], 0]), int(pesc[cur[w, ln], 1]) & 0xFFFF
+                        q = ((e >> 5) - gs) * 16 + ((e >> 1) & 15)
+                        if q >= 0:                              # (q < 0: no word of the step; the kernel writes none)
+                            sh, v = 16 * (e & 1), f[q >> 4][(q >> 2) & 3][q & 3]
                             v[w, ln] = (int(v[w, ln]) & ~(0xFFFF << sh) & 0xFFFFFFFF) | (bits << sh)
-                        cur[w] += 1
+                    cur += mine
+                    mine = (head() >> 5) - gs < KA
                 for a in range(KA):                             # 4 wgmma per group
                     for j in range(4):
                         A = rs_a_tiles(f[a][j])
@@ -503,15 +524,16 @@ def part4(rng):
           and all(fi == kk >> 4 and wgmma_a_pos(ln, j) == (r, kk & 15) for (r, kk), (fi, ln, j) in pos.items()),
           "patch_pos: element (r, kk) of a warp's 16 x 64 group is one register half, fragment kk >> 4, lane "
           "4 (r & 7) + (kk & 7) // 2, element 2 ((r >> 3) + 2 ((kk >> 3) & 1)) + (kk & 1): wgmma's (r, kk & 15)")
+    check(all(patch_elem(ln, G << 5 | fi << 3 | j) == (r, 64 * G + kk) for (r, kk), (fi, ln, j) in pos.items()
+              for G in (0, 5)), "patch_elem(lane, G << 5 | f << 3 | j) inverts patch_pos: (r, 64 G + kk)")
     N, K = 128, 512
-    KG = K // 64
     plants = [(3, 200, 0x7F00), (70, 450, 0xC0C0), (101, 33, 0x3F40), (101, 300, 0xBFC0)]
     W = planted_np(N, K, 21, plants)
     z = pack_tz_np(W)
     pptr, pesc = z["pptr"], z["pesc"]
     print(f"  W {N}x{K} with {[(r, k, hex(b)) for r, k, b in plants]} planted: mode {z['mode']}, "
           f"{z['n_exc']} exceptions, tiles {z['stream'].shape} ({TZ_TILE} B each), patch table "
-          f"{int(pptr[-1])} entries in {int((np.diff(pptr) > 0).sum())} of {N // 16 * KG} (row block, group) cells")
+          f"{int(pptr[-1])} entries in {int((np.diff(pptr) > 0).sum())} of {N // 16 * 32} lane lists")
     stream = z["stream"].reshape(N // 64, K // 64, 4, 1536).transpose(0, 2, 1, 3).reshape(N // 16, K // 64, 1536)
     nat = np.empty_like(W)
     nat[:, tz_perm(K)] = lab3.unpack_z_np(stream, N, K, z["TL"], z["TH"])
@@ -519,21 +541,27 @@ def part4(rng):
     ks = [list(esc[eptr[r]:eptr[r + 1], 0]) for r in range(N)]
     check(all(k == sorted(k) for k in ks) and all(k in ks[r] for r, k, _ in plants),
           "side table in natural k, ascending per row, the planted columns among the exceptions")
-    patched, cells = nat.copy(), []
-    for cb in range(N // 16 * KG):                  # cell (row block b, group G) = b K/64 + G
-        run = pesc[pptr[cb]:pptr[cb + 1]]
-        cells.append(bool(((run[:, 0] >> 12) == cb % KG).all())
-                     and list(run[:, 0] & 0xFFF) == sorted(run[:, 0] & 0xFFF))
+    patched, lists = nat.copy(), []
+    for li in range(N // 16 * 32):                  # lane list (row block b, lane L) = b 32 + L
+        run = pesc[pptr[li]:pptr[li + 1]]
+        lists.append(list(run[:, 0]) == sorted(run[:, 0]))
         for e, bits in run:
-            patched[16 * (cb // KG) + ((e >> 6) & 15), 64 * (cb % KG) + (e & 63)] = bits
-    check(int(pptr[-1]) == z["n_exc"] and all(cells) and np.array_equal(patched, W),
-          "tile row block rb at rb*1536, decoded (decz) and un-permuted, with the patch table's bits written at "
-          "(16 b + row, 64 G + column) == W bit for bit; each cell's entries in its group, (row, column) ascending")
+            r, k = patch_elem(li % 32, int(e))
+            patched[16 * (li // 32) + r, k] = bits
+    check(int(pptr[-1]) == z["n_exc"] and all(lists) and np.array_equal(patched, W),
+          "tile row block rb at rb*1536, decoded (decz) and un-permuted, with each lane list's bits written at "
+          "its element (16 b + row, 64 G + column: patch_elem) == W bit for bit; each list by (G, f, word, half)")
     check(bool(lab3.same_bits(lab3.restore_np(nat, eptr, esc), W).all()),
           "the natural-k row CSR pack_tz still returns (v + c, fp32; the kernel no longer reads it) restores W too")
     Wf = bf16_to_f32(W).astype(np.float64)
-    Wm = planted_np(N, K, 21, [(70, 450, 0xC0C0), (101, 33, 0x3F40), (101, 300, 0xBFC0)])   # no 1.7e38: no overflow
+    run6 = [(10, kk, 0x3F80 + i) for i, kk in enumerate((2, 3, 10, 11, 18, 19))]   # ~1.0: six patches of one lane
+    Wm = planted_np(N, K, 21, [(70, 450, 0xC0C0), (101, 33, 0x3F40), (101, 300, 0xBFC0)] + run6)   # no 1.7e38
     zm = pack_tz_np(Wm)
+    ln = patch_pos(10, 2)[1]                        # block 0's lane 9 holds all six (group 0)
+    g0s = [split_steps(K // 128, 3, i)[0] * 2 for i in range(3)]
+    n9 = int(((zm["pesc"][zm["pptr"][ln]:zm["pptr"][ln + 1], 0] >> 5) < g0s[1]).sum())
+    check(n9 >= 6, f"lane {ln} of row block 0 has {n9} patches in group 0: NW=8 KA=2 S=3's CTAs 1 and 2 (g0 = "
+                   f"{g0s[1]}, {g0s[2]}) skip more than the four the kernel holds in registers")
     args = (zm["stream"], zm["pptr"], zm["pesc"], zm["TL"], zm["TH"])
     P = pack_tma_np(Wm)
     for M, nw, ka, s in ((1, 4, 1, 1), (9, 8, 2, 3), (17, 4, 1, 3), (32, 8, 1, 8)):

@@ -215,6 +215,18 @@ lab3 = importlib.util.module_from_spec(_spec3)
 _spec3.loader.exec_module(lab3)
 
 
+def _lane_of(r, kk):
+    """(lane, fragment, word, half) of element (row r of a 16-row block, column kk of a 64-group): the formula of
+    submission.patch_table (mma16816's A layout), written out here rather than taken from lab6.patch_pos."""
+    return (r & 7) * 4 + (kk & 7) // 2, kk >> 4, (r >> 3) + 2 * ((kk >> 3) & 1), kk & 1
+
+
+def _entry_elem(li, e):
+    """Entry e = {G << 5 | f << 3 | d << 1 | h} of lane list li = b 32 + L -> (row, k) of W: the element it patches."""
+    b, L, G, f, d, h = li // 32, li % 32, e >> 5, (e >> 3) & 3, (e >> 1) & 3, e & 1
+    return 16 * b + (L >> 2) + 8 * (d & 1), 64 * G + 16 * f + 8 * (d >> 1) + 2 * (L & 3) + h
+
+
 def test_tma_kperm_puts_wgmma_natural_k_in_each_fragment():
     perm = submission.tma_kperm(128).numpy()
     assert sorted(perm[:64]) == list(range(64)) and sorted(perm[64:]) == list(range(64, 128))
@@ -245,38 +257,57 @@ def test_pack_tz_tiles_decode_to_w_with_the_patches_and_with_the_natural_k_csr(N
         assert list(ks) == sorted(ks)
     assert lab3.same_bits(lab3.restore_np(nat, eptr, esc), W).all()        # the row CSR (v + c) pack_tz still returns
     pptr, pesc = z.pptr.numpy(), z.pesc.numpy()                            # what the kernel uses: W's bits patched in
-    KG = K // 64
-    for cell in range(N // 16 * KG):
-        for e, bits in pesc[pptr[cell]:pptr[cell + 1]]:
-            nat[16 * (cell // KG) + ((e >> 6) & 15), 64 * (e >> 12) + (e & 63)] = bits
+    for li in range(N // 16 * 32):
+        for e, bits in pesc[pptr[li]:pptr[li + 1]]:
+            nat[_entry_elem(li, int(e))] = bits
     assert np.array_equal(nat, W)
+
+
+# one lane's long run in group 0: row 3 and row 11 of block 0 at columns with (kk & 7) // 2 == 0 are all lane 12's
+# (about 1.0: out of a trained-like window); eight entries, more than the four the kernel keeps in registers
+_LANE_RUN = [(3, kk, 0x3F80 + i) for i, kk in enumerate((0, 1, 8, 9, 16, 17))] + [(11, 24, 0x3F90), (11, 25, 0x3F91)]
 
 
 @pytest.mark.parametrize("N, K", [(128, 512), (192, 1024)])
 def test_patch_table_holds_every_exception_once_with_w_bits_in_stage_order(N, K):
-    # gemvtz_kernel's warp for 16-row block b walks pesc[pptr[b K/64 + g0] .. pptr[b K/64 + g1]) for its K slice and
-    # writes each entry's bits over the element decz gave
+    # gemvtz_kernel's lane L of row block b's warp walks pesc[pptr[b 32 + L] .. pptr[b 32 + L + 1]), G ascending: it
+    # skips the entries before its CTA's g0, then per stage writes each entry's bits over the element decz gave
     W = lab3.trained_like_np(N, K, seed=12)
     rng = np.random.default_rng(3)
     for r, k in zip(rng.integers(0, N, 12), rng.integers(0, K, 12)):
         W[r, k] = rng.choice([0x7F80, 0xFF80, 0x7FC1, 0x7F7F])   # Inf, -Inf, NaN, the largest finite: exceptions
-    W[70, 64:70] = 0x3F80 + np.arange(6)              # one row, one cell, six entries (about 1.0: out of window)
+    W[70, 64:70] = 0x3F80 + np.arange(6)              # one row, one group, six entries in lanes 24, 25, 26 (2 each)
+    for r, k, b in _LANE_RUN:
+        W[r, k] = b
     z = submission.pack_tz(_bf16(W))
     pptr, pesc = z.pptr.numpy(), z.pesc.numpy()
     KG = K // 64
-    assert pptr.shape == (N // 16 * KG + 1,) and pptr[0] == 0 and pptr[-1] == z.n_exc and (np.diff(pptr) >= 0).all()
-    got = []
-    for b in range(N // 16):
-        for G in range(KG):
-            run = pesc[pptr[b * KG + G]:pptr[b * KG + G + 1]]
-            assert ((run[:, 0] >> 12) == G).all()
-            keys = [(int(e >> 6) & 63, int(e) & 63) for e in run[:, 0]]
-            assert keys == sorted(keys) and all(r < 16 for r, _ in keys)
-            got += [(b * 16 + r, G * 64 + kk, int(v)) for (r, kk), v in zip(keys, run[:, 1])]
+    assert pptr.dtype == pesc.dtype == np.int32 and pesc.shape == (max(z.n_exc, 1), 2)
+    assert pptr.shape == (N // 16 * 32 + 1,) and pptr[0] == 0 and pptr[-1] == z.n_exc and (np.diff(pptr) >= 0).all()
+    got = {}                                           # (row, k) -> (bits, lane list, entry)
+    for li in range(N // 16 * 32):
+        run = pesc[pptr[li]:pptr[li + 1]]
+        keys = [(int(e) >> 5, int(e) & 31) for e in run[:, 0]]
+        assert keys == sorted(keys) and all(G < KG for G, _ in keys), li      # G ascending, then f, d, h
+        for e, bits in run:
+            r, k = _entry_elem(li, int(e))
+            assert 0 <= bits < 65536 and (r, k) not in got, (li, e)
+            got[r, k] = (int(bits), li, int(e))
+            L, f, d, h = _lane_of(r % 16, k % 64)      # the entry sits where the element is held
+            assert (li, int(e)) == ((r // 16) * 32 + L, (k // 64) << 5 | f << 3 | d << 1 | h), (li, e, r, k)
     eptr, esc = z.eptr.numpy(), z.esc.numpy()
-    want = [(r, int(esc[j, 0]), int(W[r, esc[j, 0]])) for r in range(N) for j in range(eptr[r], eptr[r + 1])]
-    assert len(got) == z.n_exc and sorted(got) == sorted(want)
-    assert [g for g in got if g[0] == 70 and 64 <= g[1] < 70] == [(70, 64 + i, 0x3F80 + i) for i in range(6)]
+    want = {(r, int(esc[j, 0])): int(W[r, esc[j, 0]]) for r in range(N) for j in range(eptr[r], eptr[r + 1])}
+    assert len(got) == len(want) == z.n_exc
+    assert {rk: v[0] for rk, v in got.items()} == want  # every exception exactly once, with W's bits
+    for i in range(6):                                 # several exceptions of one row in one group
+        assert got[70, 64 + i][:2] == (0x3F80 + i, 4 * 32 + 24 + i // 2)
+    run12 = pesc[pptr[12]:pptr[13]]                    # block 0's lane 12: the planted run, all in group 0
+    assert all(got[r, k][:2] == (b, 12) for r, k, b in _LANE_RUN)
+    for nw, ka, s in ((4, 1, 3), (8, 2, 3)):           # the emulate tests' configs: CTAs 1, 2 skip more than four
+        T = K // (64 * ka)
+        for sidx in (1, 2):
+            g0 = lab6.split_steps(T, s, sidx)[0] * ka
+            assert g0 >= 1 and int(((run12[:, 0] >> 5) < g0).sum()) > 4, (nw, ka, s, sidx)
 
 
 def test_compressed_pipe6_fits_rules():
@@ -312,8 +343,10 @@ def test_lab6_part4_prints_its_verifications(lab6_run):
     assert p.returncode == 0, f"lab6 exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     for line in ("verified: tz_perm (lab3.frag_pos + the m16n8k16 A layout) is a permutation of each 64-group",
                  "verified: patch_pos: element (r, kk) of a warp's 16 x 64 group is one register half",
-                 "verified: tile row block rb at rb*1536, decoded (decz) and un-permuted, with the patch table's bits "
-                 "written at (16 b + row, 64 G + column) == W bit for bit",
+                 "verified: patch_elem(lane, G << 5 | f << 3 | j) inverts patch_pos",
+                 "verified: tile row block rb at rb*1536, decoded (decz) and un-permuted, with each lane list's bits "
+                 "written at its element (16 b + row, 64 G + column: patch_elem) == W bit for bit",
+                 "verified: lane 9 of row block 0 has 6 patches in group 0: NW=8 KA=2 S=3's CTAs 1 and 2",
                  "verified: the natural-k row CSR pack_tz still returns (v + c, fp32; the kernel no longer reads it)",
                  "verified: gemvtz_emulate M=17 NW=4 KA=1 S=3: within the SPEC tolerance",
                  "verified: gemvtz_emulate M=9 NW=8 KA=2 S=3 == gemvt_emulate (pack_tma_np's tiles) bit for bit",
@@ -346,7 +379,7 @@ def test_pack_tz_np_matches_pack_tz(N, K, plants):
     assert np.array_equal(got.eptr.numpy(), want["eptr"])
     assert np.array_equal(got.esc.numpy(), want["esc"])
     assert got.pptr.dtype == got.pesc.dtype == torch.int32 and want["pptr"].dtype == want["pesc"].dtype == np.int32
-    assert got.pptr.shape == want["pptr"].shape == (N // 16 * (K // 64) + 1,)
+    assert got.pptr.shape == want["pptr"].shape == (N // 16 * 32 + 1,)
     assert got.pesc.shape == want["pesc"].shape == (max(want["n_exc"], 1), 2)
     assert np.array_equal(got.pptr.numpy(), want["pptr"])
     assert np.array_equal(got.pesc.numpy(), want["pesc"])
@@ -421,7 +454,10 @@ def test_probe_needs_the_natural_column_in_the_patch_table(nw, ka, s):
     z = lab6.pack_tz_np(W)
     zs = lab3.pack_z_np(W[:, perm])                 # same stream; its side table in stream columns
     pptr, pesc = lab6.patch_table_np(W[:, perm], zs["eptr"], zs["esc"], zs["n_exc"])   # W's bits at stream columns
-    assert np.array_equal(pptr, z["pptr"]) and np.array_equal(np.sort(pesc[:, 1]), np.sort(z["pesc"][:, 1]))
+    assert pptr[-1] == z["pptr"][-1] and np.array_equal(np.sort(pesc[:, 1]), np.sort(z["pesc"][:, 1]))
+    # row 3's patch: natural k 200 (kk 8) is lane 12's, fragment 0, word 2; stream column 194 (kk 2) is lane 13's
+    assert [0x7F00, 3 << 5 | 0 << 3 | 2 << 1] in z["pesc"][z["pptr"][12]:z["pptr"][13]][:, ::-1].tolist()
+    assert [0x7F00, 3 << 5 | 0 << 3 | 0 << 1] in pesc[pptr[13]:pptr[14]][:, ::-1].tolist()
     for col, want in ((k, W[3, k]), (ks, W[3, ks])):
         x = np.zeros((1, K), np.uint16)
         x[0, col] = 0x3F80
@@ -470,8 +506,15 @@ def test_unpermuted_stream_fails_the_tolerance():
                                            (128, 192, 1, 4, 2, 1), (128, 256, 1, 4, 1, 5), (128, 256, 33, 4, 1, 1)])
 def test_gemvtz_emulate_refuses_configs_that_do_not_fit(N, K, M, nw, ka, s):
     with pytest.raises(ValueError, match="does not fit"):
-        lab6.gemvtz_emulate(np.zeros((N // 64, K // 64, 6144), np.uint8), np.zeros(N // 16 * (K // 64) + 1, np.int32),
+        lab6.gemvtz_emulate(np.zeros((N // 64, K // 64, 6144), np.uint8), np.zeros(N // 16 * 32 + 1, np.int32),
                             np.zeros((1, 2), np.int32), 0, 0, np.zeros((M, K), np.uint16), N, K, nw, ka, s)
+
+
+def test_gemvtz_emulate_refuses_the_old_per_block_table():
+    N, K = 128, 512                                 # pptr of one entry per (row block, group): the format before
+    with pytest.raises(ValueError, match="32 lane lists a row block"):
+        lab6.gemvtz_emulate(np.zeros((N // 64, K // 64, 6144), np.uint8), np.zeros(N // 16 * (K // 64) + 1, np.int32),
+                            np.zeros((1, 2), np.int32), 0, 0, np.zeros((1, K), np.uint16), N, K, 4, 1, 1)
 
 
 @pytest.mark.parametrize("N,K,M,nw,ka,s,plants", [
@@ -482,6 +525,8 @@ def test_gemvtz_emulate_refuses_configs_that_do_not_fit(N, K, M, nw, ka, s):
     (128, 1024, 32, 4, 1, 16, _OUTLIERS),         # one group a CTA
     (128, 512, 1, 8, 1, 3, _OUTLIERS + [(90, 77, 0x0001), (91, 500, 0x8003)]),    # zero-class mode: v = +0
     (128, 256, 9, 4, 1, 3, [(3, 5, 0x7F80), (40, 70, 0x7FC1), (41, 71, 0xFF80)]),   # +Inf, NaN, -Inf: NaN rows
+    (128, 512, 9, 4, 1, 3, _OUTLIERS + _LANE_RUN),  # T = 8: g0 = 0, 2, 5; CTAs 1, 2 skip lane 12's eight entries
+    (128, 512, 17, 8, 2, 3, _OUTLIERS + _LANE_RUN),  # T = 4: g0 = 0, 2, 4; KA = 2: a group G - gs = -1 of a stage
 ])
 def test_gemvtz_emulate_equals_gemvt_emulate_bit_for_bit(N, K, M, nw, ka, s, plants):
     # the patched fragments are W itself and the wgmma steps run in the same order: the compressed PIPE 6 returns
