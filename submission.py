@@ -1053,7 +1053,7 @@ __host__ __device__ constexpr size_t gemvt_smem(int NW, int ST, int NB, int KA, 
 
 // ---- the ring shared by gemvt_kernel and gemvtz_kernel ------------------------------------------------------
 // The split, the barriers and the producer are shared. The consumer loops and the ends stay in each kernel: they
-// differ (wgmma from shared memory / decode into registers; the corrections), and a shared version changed
+// differ (wgmma from shared memory / decode and patches into registers), and a shared version changed
 // gemvtz_kernel's machine code, which was GPU-tested as it is (2026-12-01: the .text bytes of every instantiation
 // compared before and after).
 // Split-K in whole steps of KA 64-k groups, any S <= K / (64 KA): CTA sidx takes steps [sidx T / S, (sidx + 1) T / S).
