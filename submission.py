@@ -1200,7 +1200,8 @@ gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap
 //   end: D -> split-K combine (gemv_kernel's) -> store
 // So the tensor cores see W itself, exceptions included: no correction pass, and the sums are the plain path's
 // products. Session 10 measured the correction passes this replaces: lanes a row loading x from global (pooler
-// m = 32: 26.8 us, 18.2 with the corrections skipped), then a warp applying them from the ring's x (24.5 / 16.3).
+// m = 32: 26.8 us, 18.2 with the corrections skipped), then a warp applying them from the ring's x (24.5 / 16.3);
+// these per-lane patches: 23.1 / 16.8-17.2 (gemvt 16.7-17.0; NOTES.md, session 10).
 // dbg & 1 skips the patches. Lab: labs/lab3_compress.py (format, decz), labs/lab6_tma.py (ring, swizzle, and this
 // kernel in miniature: pack_tz, the fragments, the patches, part 4).
 template <int NB>
@@ -2725,7 +2726,8 @@ def pack_tz(w):
     """W [N, K] (bf16, on the GPU) as compressed PIPE 6 (gemvtz_kernel) reads it: pack_z of W[:, tma_kperm(K)], its
     decode verified on the GPU against that matrix bit for bit (verify_z), the side table's k mapped back to the
     natural column (ascending again within each row), and the stream regrouped into tiles of 4 row blocks x one
-    64-group: [N/64, K/64, 4 * 1536] uint8, so a warpgroup's groups of one stage are one bulk copy.
+    64-group: [N/64, K/64, 4 * 1536] uint8, so a warpgroup's groups of one stage are one bulk copy. The kernel reads
+    the exceptions as patches (pptr / pesc, patch_table); eptr / esc stay the natural-k row CSR (tests, labs).
     Raises ValueError if the shape does not tile or the decode check fails. The decode check needs the GPU (the
     kernel's own decz): on a CPU tensor it is skipped, and labs/lab6_tma.py (part 4, tests/test_lab6.py) stands in.
     Lab: labs/lab6_tma.py, pack_tz_np and gemvtz_emulate."""
