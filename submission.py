@@ -1052,10 +1052,8 @@ __host__ __device__ constexpr size_t gemvt_smem(int NW, int ST, int NB, int KA, 
 }
 
 // ---- the ring shared by gemvt_kernel and gemvtz_kernel ------------------------------------------------------
-// The split, the barriers and the producer are shared. The consumer loops and the ends stay in each kernel: they
-// differ (wgmma from shared memory / decode and patches into registers), and a shared version changed
-// gemvtz_kernel's machine code, which was GPU-tested as it is (2026-12-01: the .text bytes of every instantiation
-// compared before and after).
+// The split, the barriers, the producer and the end are shared. The consumer loops stay in each kernel: they
+// differ (wgmma from shared memory / decode and patches into registers).
 // Split-K in whole steps of KA 64-k groups, any S <= K / (64 KA): CTA sidx takes steps [sidx T / S, (sidx + 1) T / S).
 template <int KA>
 __device__ __forceinline__ void ring_slice(int K, int S, int sidx, int& steps, int& g0) {
@@ -1107,6 +1105,31 @@ __device__ __forceinline__ void ring_produce(const CUtensorMap* tx, unsigned lon
 #pragma unroll
     for (int a = 0; a < KA; a++) tma_load_2d(sb + xoff + a * XB, tx, (g0 + i * KA + a) * 64, 0, &full[s]);
   }
+}
+
+// The end of both ring kernels: after the wait (out, ws and sem may belong to the previous kernel until then) and
+// once every stage is consumed (the ring's memory is free), the consumer warps' D fragments go through the ring's
+// memory to one position per consumer thread (warp w's D = row block w of the CTA: R = NW), then gemv_kernel's
+// split-K combine and store.
+template <int NW, int NB>
+__device__ __forceinline__ void ring_end(const float (&acc)[NB * 4], uint8_t* ring, float4* cbuf, MuseTrace& tr_,
+                                         bf16* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem,
+                                         int tid, int lane, int warp, int rg, int sidx, int S, int cl, int M,
+                                         int N) {
+  constexpr int NT = NW * 32, J = NB, P = NW * NB * 32;
+  pdl_wait();
+  __syncthreads();
+  float4* red = reinterpret_cast<float4*>(ring);
+  if (warp < NW) {
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+      red[(warp * NB + nb) * 32 + lane] = make_float4(acc[4 * nb], acc[4 * nb + 1], acc[4 * nb + 2], acc[4 * nb + 3]);
+  }
+  __syncthreads();
+  float4 res[J];
+#pragma unroll
+  for (int j = 0; j < J; j++) res[j] = tid < NT ? red[tid + j * NT] : make_float4(0.f, 0.f, 0.f, 0.f);
+  combine_store<false, true, NB, NW, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
 
 template <int NW, int ST, int NB, int KA>
@@ -1164,21 +1187,7 @@ gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap
       if (lane == 0) mbar_arrive(&empty[s]);
     }
   }
-  pdl_wait();        // out, ws and sem may belong to the previous kernel until here
-  __syncthreads();   // every stage consumed: the ring's memory is free
-  constexpr int NT = NW * 32, J = NB;  // warp w's D = row block w of the CTA (R = NW below)
-  static_assert(P == J * NT, "one position per consumer thread and token block");
-  float4* red = reinterpret_cast<float4*>(ring);
-  if (warp < NW) {
-#pragma unroll
-    for (int nb = 0; nb < NB; nb++)
-      red[(warp * NB + nb) * 32 + lane] = make_float4(acc[4 * nb], acc[4 * nb + 1], acc[4 * nb + 2], acc[4 * nb + 3]);
-  }
-  __syncthreads();
-  float4 res[J];
-#pragma unroll
-  for (int j = 0; j < J; j++) res[j] = tid < NT ? red[tid + j * NT] : make_float4(0.f, 0.f, 0.f, 0.f);
-  combine_store<false, true, NB, NW, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
+  ring_end<NW, NB>(acc, ring, cbuf, tr_, out, ws, sem, tid, lane, warp, rg, sidx, S, cl, M, N);
 }
 
 // ---- gemvtz_kernel: PIPE 6 of the compressed path, the 12-bit stream in gemvt's TMA ring ----------------------
@@ -1375,20 +1384,7 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
     if (steps > 0) release(steps - 1);
 #endif
   }
-  pdl_wait();
-  __syncthreads();   // every stage consumed: the ring is free
-  constexpr int NT = NW * 32, J = NB;
-  float4* red = reinterpret_cast<float4*>(ring);
-  if (warp < NW) {
-#pragma unroll
-    for (int nb = 0; nb < NB; nb++)
-      red[(warp * NB + nb) * 32 + lane] = make_float4(acc[4 * nb], acc[4 * nb + 1], acc[4 * nb + 2], acc[4 * nb + 3]);
-  }
-  __syncthreads();
-  float4 res[J];
-#pragma unroll
-  for (int j = 0; j < J; j++) res[j] = tid < NT ? red[tid + j * NT] : make_float4(0.f, 0.f, 0.f, 0.f);
-  combine_store<false, true, NB, NW, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
+  ring_end<NW, NB>(acc, ring, cbuf, tr_, out, ws, sem, tid, lane, warp, rg, sidx, S, cl, M, N);
 }
 
 // ---- launch --------------------------------------------------------------------------------------
