@@ -49,18 +49,23 @@ def lab6_run():
                           timeout=60)
 
 
-def test_lab6_runs_and_prints_its_verifications(lab6_run):
-    p = lab6_run
+def _assert_printed(p, lines):
+    """lab6 exited 0 and printed every line of lines (and its closing line)."""
     assert p.returncode == 0, f"lab6 exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    for line in ("verified: every tile of a 128x256 W, bulk-copied verbatim and read through wg_desc",
-                 "verified: negative: plain tiles read with the swizzle",
-                 "verified: M=17: box at k=128 of 32 rows read through the descriptor == x[:, 128:192], rows 17..31",
-                 "verified: T=16 steps, S=7: slices [2, 2, 2, 3, 2, 2, 3] cover every step once",
-                 "verified: gemvt_emulate M=17 NW=4 KA=1 S=7: within the SPEC tolerance",
-                 "verified: negative: tiles packed without the XOR fail the SPEC check",
-                 "lab6: all checks passed"):
+    for line in lines + ("lab6: all checks passed",):
         assert line in p.stdout, line
-    assert "MISMATCH" not in p.stdout
+
+
+def test_lab6_runs_and_prints_its_verifications(lab6_run):
+    _assert_printed(lab6_run, (
+        "verified: every tile of a 128x256 W, bulk-copied verbatim and read through wg_desc",
+        "verified: negative: plain tiles read with the swizzle",
+        "verified: M=17: box at k=128 of 32 rows read through the descriptor == x[:, 128:192], rows 17..31",
+        "verified: T=16 steps, S=7: slices [2, 2, 2, 3, 2, 2, 3] cover every step once",
+        "verified: gemvt_emulate M=17 NW=4 KA=1 S=7: within the SPEC tolerance",
+        "verified: negative: tiles packed without the XOR fail the SPEC check",
+    ))
+    assert "MISMATCH" not in lab6_run.stdout
 
 
 # ---- pack_tma ----------------------------------------------------------------------------------------
@@ -339,24 +344,22 @@ def _tz_args(z):
 
 
 def test_lab6_part4_prints_its_verifications(lab6_run):
-    p = lab6_run
-    assert p.returncode == 0, f"lab6 exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    for line in ("verified: tz_perm (lab3.frag_pos + the m16n8k16 A layout) is a permutation of each 64-group",
-                 "verified: patch_pos: element (r, kk) of a warp's 16 x 64 group is one register half",
-                 "verified: patch_elem(lane, G << 5 | f << 3 | j) inverts patch_pos",
-                 "verified: tile row block rb at rb*1536, decoded (decz) and un-permuted, with each lane list's bits "
-                 "written at its element (16 b + row, 64 G + column: patch_elem) == W bit for bit",
-                 "verified: lane 9 of row block 0 has 6 patches in group 0: NW=8 KA=2 S=3's CTAs 1 and 2",
-                 "verified: the natural-k row CSR pack_tz still returns (v + c, fp32; the kernel no longer reads it)",
-                 "verified: gemvtz_emulate M=17 NW=4 KA=1 S=3: within the SPEC tolerance",
-                 "verified: gemvtz_emulate M=9 NW=8 KA=2 S=3 == gemvt_emulate (pack_tma_np's tiles) bit for bit",
-                 "verified: gemvtz_emulate M=32 NW=8 KA=1 S=8 == gemvt_emulate (pack_tma_np's tiles) bit for bit",
-                 "verified: probe on exception column 200: y[5] == W[:, 200] bit for bit",
-                 "verified: probe on column 200 with the patches skipped (dbg & 1) is wrong in exactly rows [3]",
-                 "verified: negative: the unpermuted stream (lab3's pack_z order) with x in natural order fails",
-                 "lab6: all checks passed"):
-        assert line in p.stdout, line
-    assert "correction" not in p.stdout
+    _assert_printed(lab6_run, (
+        "verified: tz_perm (lab3.frag_pos + the m16n8k16 A layout) is a permutation of each 64-group",
+        "verified: patch_pos: element (r, kk) of a warp's 16 x 64 group is one register half",
+        "verified: patch_elem(lane, G << 5 | f << 3 | j) inverts patch_pos",
+        "verified: tile row block rb at rb*1536, decoded (decz) and un-permuted, with each lane list's bits "
+        "written at its element (16 b + row, 64 G + column: patch_elem) == W bit for bit",
+        "verified: lane 9 of row block 0 has 6 patches in group 0: NW=8 KA=2 S=3's CTAs 1 and 2",
+        "verified: the natural-k row CSR pack_tz still returns (v + c, fp32; the kernel no longer reads it)",
+        "verified: gemvtz_emulate M=17 NW=4 KA=1 S=3: within the SPEC tolerance",
+        "verified: gemvtz_emulate M=9 NW=8 KA=2 S=3 == gemvt_emulate (pack_tma_np's tiles) bit for bit",
+        "verified: gemvtz_emulate M=32 NW=8 KA=1 S=8 == gemvt_emulate (pack_tma_np's tiles) bit for bit",
+        "verified: probe on exception column 200: y[5] == W[:, 200] bit for bit",
+        "verified: probe on column 200 with the patches skipped (dbg & 1) is wrong in exactly rows [3]",
+        "verified: negative: the unpermuted stream (lab3's pack_z order) with x in natural order fails",
+    ))
+    assert "correction" not in lab6_run.stdout
 
 
 @pytest.mark.parametrize("K", [64, 256, 1024])
