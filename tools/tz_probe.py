@@ -22,6 +22,7 @@ import time
 os.environ.setdefault("MUSE_BUILD", "0")   # the variants are built here
 import torch
 
+import ab_define
 import judge
 import submission as S
 import tune
@@ -37,11 +38,11 @@ def variant_insts(variant):
 
 
 def variant_source(variant):
-    names = [n for n in variant.split("+") if n]
-    for n in names:
-        if not n.startswith("MUSE_TZ_") or not n.replace("_", "").isalnum():
-            raise SystemExit(f"[tz] variant {variant!r}: {n!r} is not a MUSE_TZ_ macro")
-    return "".join(f"#define {n}\n" for n in names) + S.KERNEL_SRC
+    """ab_define's source of the variant, which must name MUSE_TZ_ macros only."""
+    bad = [n for n in variant.split("+") if n and not n.startswith("MUSE_TZ_")]
+    if bad:
+        raise SystemExit(f"[tz] variant {variant!r}: {bad[0]!r} is not a MUSE_TZ_ macro")
+    return ab_define.variant_source(variant)
 
 
 def build(variant):
@@ -52,10 +53,6 @@ def build(variant):
         return tune.build_tune_ext(variant_insts(variant), 4)
     finally:
         S.KERNEL_SRC = saved
-
-
-def timed(Ls, m, cfg, x, replays):
-    return tune.time_config(Ls, m, cfg, x, replays)
 
 
 def main(argv=None):
@@ -89,7 +86,7 @@ def main(argv=None):
             res = []
             for c in cands:
                 try:
-                    res.append((timed(Ls, m, c, x, 3), c))
+                    res.append((tune.time_config(Ls, m, c, x, 3), c))
                 except RuntimeError as e:
                     print(f"[tz]     {c}: {e}", flush=True)
             res.sort(key=lambda r: r[0])
@@ -110,7 +107,7 @@ def main(argv=None):
                 S._EXT = exts[v]
                 for L in Ls:
                     L.dbg = dbg
-                res[label].append(timed(Ls, m, c, x, args.replays))
+                res[label].append(tune.time_config(Ls, m, c, x, args.replays))
         for L in Ls:
             L.dbg = 0
         mb = N * K * 1.5 / 1e6
