@@ -2374,6 +2374,9 @@ def gemv_fits(cfg, N, K, m, dual=False):
     if cfg.pipe == 7:   # the CTA's whole weight slice in dynamic shared memory (opt-in above 48 KB)
         if cfg.pf:
             return "PIPE 7 has no L2 prefetch field (pf must be 0): its bulk copy is the prefetch"
+        static = smem_bytes(cfg.nw, nb, cfg.r, False) + 8 * cfg.nw    # red[NW][P], the flags, the mbarriers
+        if static > SMEM_LIMIT:
+            return f"PIPE 7: static shared memory {static} B > {SMEM_LIMIT}"
         smem = smem_bytes(cfg.nw, nb, cfg.r, False, cfg.s, cfg.cl) + pipe7_smem(cfg.r, K, cfg.s, dual) + 8 * cfg.nw
         if smem > TMA_SMEM_LIMIT:
             return f"PIPE 7: shared memory {smem} B > {TMA_SMEM_LIMIT} (the CTA's weights do not fit: raise S)"
