@@ -209,7 +209,7 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
                     for s in ss:                  # config_fits refuses an S past K / (64 ka)
                         for cl in ((2, 0) if s > 1 else (0,)):
                             c = (sub.GemvzConfig if compressed else sub.GemvConfig)(nw, s, st, ka, 6, 0, 1, cl)
-                            if not sub.config_fits(c, N, K, m):
+                            if not sub.config_fits(c, N, K, m, dual):
                                 out.append(c)
                                 break
     for nw in nws:
@@ -234,7 +234,7 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
                             # does not fit (session 2's sweep: every S > 1 winner took the cluster where it fit)
                             for cl in ((2, 0) if s > 1 else (0,)):
                                 c = (sub.GemvzConfig if compressed else sub.GemvConfig)(nw, s, u, r, pipe, pf, 1, cl)
-                                if not sub.config_fits(c, N, K, m):
+                                if not sub.config_fits(c, N, K, m, dual):
                                     out.append(c)
                                     break
     return out, spilled
