@@ -275,40 +275,6 @@ __device__ __forceinline__ void mbar_wait0(unsigned long long* b) {
   } while (!done);
 }
 
-// mbarriers and bulk copies of the TMA engine (the rings of PIPE 6, gemv_kernel's PIPE 7)
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void mbar_init(unsigned long long* b, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
-}
-// One arrival that also raises the phase's expected transaction count by `bytes` (the copies count them down).
-__device__ __forceinline__ void mbar_expect_tx(unsigned long long* b, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned long long* b) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
-}
-// Wait until the phase with this parity has completed (acquire, CTA scope).
-__device__ __forceinline__ void mbar_wait(unsigned long long* b, uint32_t parity) {
-  const uint32_t a = smem_u32(b);
-  uint32_t done;
-  do {
-    asm volatile("{\n .reg .pred q;\n mbarrier.try_wait.parity.shared::cta.b64 q, [%1], %2;\n selp.u32 %0, 1, 0, q;\n}"
-                 : "=r"(done) : "r"(a), "r"(parity) : "memory");
-  } while (!done);
-}
-// Bulk copy (TMA, no descriptor) of `bytes` contiguous bytes into shared memory at dst; they complete_tx on bar.
-// The L2 policy evict_first: weights are read once, x and the workspace stay.
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, unsigned long long* bar,
-                                          uint64_t policy) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
-               ::"r"(dst), "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy) : "memory");
-}
-__device__ __forceinline__ uint64_t policy_evict_first() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
 // ---- the 12-bit format ----------------------------------------------------------------------------
 // decz: one m16n8k16 A fragment (8 bf16, element j = 0..7 in mma16816's register order) from
 //   lo0, lo1: verbatim low bytes of j0..j3 and j4..j7 (exponent bit 0 + 7 mantissa bits), byte i = j_i
@@ -631,26 +597,12 @@ __device__ __forceinline__ void combine_store(float4 (&res)[J], MuseTrace& tr_, 
 // loads, ncu 2026-12-01: 4.3 of 9.0 cycles between issues on an L1TEX scoreboard). The first batch (and, pf = 1,
 // an L2 prefetch of the warp's whole slice) is issued before pdl_wait: weights are constant after
 // prepare, so under PDL it overlaps the previous kernel's tail. Lab: labs/lab2_fragments.py, lab5.
-// PIPE 7: the warp's whole slice (R row blocks x KBW blocks, hi and lo) is bulk-copied by the TMA engine into
-// dynamic shared memory (after the leader's cbuf) before pdl_wait, counted on the warp's mbarrier; after the wait
-// the warp loads x one trip ahead (as PIPE 4) and reads its fragments from shared memory (16 B per lane, in
-// order: no bank conflicts). Same mma order per accumulator as PIPE 0, so the same bits. Why: registers filled
-// before the wait land only after the release (session 5's trace), bulk copies do land (session 7's probe:
-// 0.7-1.9 us); a router slice fits whole (8.4 MB over 128 CTAs: 64 KB each).
-// PIPE 7's mbarriers, one per warp (a __shared__ variable of a device function: one object per CTA; only PIPE 7
-// instantiations reference it, so the other kernels' shared memory is unchanged).
-template <int NW>
-__device__ __forceinline__ unsigned long long* warp_mbars() {
-  __shared__ __align__(8) unsigned long long b[NW];
-  return b;
-}
-
 template <int NW, int U, int NB, int R, bool DUAL, int PIPE>
 __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS(PIPE))
 gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4* __restrict__ w2,
             void* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem, int M, int N, int K, int S,
             int pf, int cl) {
-  static_assert((PIPE >= 0 && PIPE <= 5) || PIPE == 7, "PIPE is 0..5 or 7");
+  static_assert(PIPE >= 0 && PIPE <= 5, "PIPE is 0..5");
   constexpr int NH = DUAL ? 2 : 1;
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
@@ -675,29 +627,9 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
     }
   }
   uint4 a[NH][U][R][2];
-  const uint4* sw = nullptr;  // PIPE 7: this warp's slice in shared memory, [NH][R][KBW][64 units]
-  if constexpr (PIPE == 7) {
-    unsigned long long* wbar = warp_mbars<NW>();
-    sw = reinterpret_cast<const uint4*>(cbuf + (cl ? (S - 1) * P : 0)) + (size_t)warp * NH * R * KBW * 64;
-    if (lane == 0) {
-      const uint32_t bytes = (uint32_t)KBW * 1024u;
-      mbar_init_expect(&wbar[warp], NH * R * bytes);
-      const uint64_t pol = policy_evict_first();
-#pragma unroll
-      for (int h = 0; h < NH; h++)
-#pragma unroll
-        for (int r = 0; r < R; r++)
-          bulk_load(smem_u32(sw + (size_t)(h * R + r) * KBW * 64), (h ? wp2 : wp) + r * rstride - lane, bytes,
-                    &wbar[warp], pol);
-    }
-    __syncwarp();   // the barrier is initialised before any lane waits on it
-    pdl_wait();
-    TR_G(1) TR_C(1)
-  } else {
-    load_wbatch<U, NH, R>(a, wp, wp2, rstride, 0);
-    pdl_wait();
-    TR_G(1) TR_C(1)
-  }
+  load_wbatch<U, NH, R>(a, wp, wp2, rstride, 0);
+  pdl_wait();
+  TR_G(1) TR_C(1)
 
   const bf16* xr[NB];
 #pragma unroll
@@ -715,40 +647,7 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
 #pragma unroll
       for (int nb = 0; nb < NB; nb++) acc[h][r][nb][0] = acc[h][r][nb][1] = acc[h][r][nb][2] = acc[h][r][nb][3] = 0.f;
 
-  if constexpr (PIPE == 7) {
-    uint4 xv[U][NB];
-    load_xbatch<U, NB, 32>(xv, xr, 0);
-    mbar_wait0(warp_mbars<NW>() + warp);
-    for (int i = 0; i < KBW; i += U) {
-      uint4 nxv[U][NB];
-      if (i + U < KBW) load_xbatch<U, NB, 32>(nxv, xr, i + U);
-#pragma unroll
-      for (int h = 0; h < NH; h++)
-#pragma unroll
-        for (int u = 0; u < U; u++)
-#pragma unroll
-          for (int r = 0; r < R; r++) {
-            const uint4* p = sw + ((size_t)(h * R + r) * KBW + i + u) * 64 + lane;
-            a[h][u][r][0] = p[0];
-            a[h][u][r][1] = p[32];
-          }
-#pragma unroll
-      for (int u = 0; u < U; u++)
-#pragma unroll
-        for (int nb = 0; nb < NB; nb++)
-#pragma unroll
-          for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int h = 0; h < NH; h++) {
-              mma16816(acc[h % NA][r][nb], a[h][u][r][0], xv[u][nb].x, xv[u][nb].y);
-              mma16816(acc[h % NA][r][nb], a[h][u][r][1], xv[u][nb].z, xv[u][nb].w);
-            }
-#pragma unroll
-      for (int u = 0; u < U; u++)
-#pragma unroll
-        for (int nb = 0; nb < NB; nb++) xv[u][nb] = nxv[u][nb];
-    }
-  } else if constexpr (PIPE == 0 || PIPE == 3) {
+  if constexpr (PIPE == 0 || PIPE == 3) {
     for (int i = 0; i < KBW; i += U) {
       if (i > 0) load_wbatch<U, NH, R>(a, wp, wp2, rstride, i);
 #pragma unroll
@@ -1066,6 +965,39 @@ __global__ void unpackz_kernel(const uint4* __restrict__ w, uint16_t* __restrict
 // (ST stages) cost no registers. Why tiles: boxes of the natural [N, K] layout read 128 B from each of 64 rows
 // 16 KB apart, and streamed at 3.7-3.8 TB/s (device call 3, 2026-12-01; NOTES.md session 9).
 // Lab: labs/lab6_tma.py (the tiles, the swizzle the descriptors undo, x's box, the kernel in miniature).
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(unsigned long long* b, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+}
+// One arrival that also raises the phase's expected transaction count by `bytes` (the copies count them down).
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* b, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long* b) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
+}
+// Wait until the phase with this parity has completed (acquire, CTA scope).
+__device__ __forceinline__ void mbar_wait(unsigned long long* b, uint32_t parity) {
+  const uint32_t a = smem_u32(b);
+  uint32_t done;
+  do {
+    asm volatile("{\n .reg .pred q;\n mbarrier.try_wait.parity.shared::cta.b64 q, [%1], %2;\n selp.u32 %0, 1, 0, q;\n}"
+                 : "=r"(done) : "r"(a), "r"(parity) : "memory");
+  } while (!done);
+}
+// Bulk copy (TMA, no descriptor) of `bytes` contiguous bytes into shared memory at dst; they complete_tx on bar.
+// The L2 policy evict_first: weights are read once, x and the workspace stay.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, unsigned long long* bar,
+                                          uint64_t policy) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+               ::"r"(dst), "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy) : "memory");
+}
+__device__ __forceinline__ uint64_t policy_evict_first() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
 // TMA: the box at (c0 = k, c1 = row) of map into shared memory at dst; its bytes complete_tx on bar.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, unsigned long long* bar) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
@@ -1577,16 +1509,9 @@ static int launch_gemv(const void* x, const void* w, const void* w2, void* out, 
                       gemvt_smem(NW, U, NB, R, S, cl), co, (const uint8_t*)w, tx, (bf16*)out, (float4*)ws, (int*)sem,
                       M, N, K, S, cl);
   } else {
-    // dynamic shared memory: with cl the leader's cbuf; PIPE 7 then the weights, R x (hi, lo) x K / S bf16 a CTA
-    const size_t dsmem = (cl ? (size_t)(S - 1) * R * NB * 32 * 16 : 0) +
-                         (P == 7 ? (size_t)(D ? 2 : 1) * R * 16 * (K / S) * 2 : 0);
-    if (dsmem > 48 * 1024) {
-      const int e = opt_in_once((const void*)gemv_kernel<NW, U, NB, R, D, P>, OPT_LARGE_SMEM);
-      if (e) return e;
-    }
     return launch_pdl(gemv_kernel<NW, U, NB, R, D, P>, dim3(N / (16 * R), S), dim3(NW * 32), st, pdl, cl ? S : 1,
-                      dsmem, co, (const bf16*)x, (const uint4*)w, (const uint4*)w2, out, (float4*)ws, (int*)sem, M, N,
-                      K, S, pf, cl);
+                      cl ? (size_t)(S - 1) * R * NB * 32 * 16 : 0, co, (const bf16*)x, (const uint4*)w,
+                      (const uint4*)w2, out, (float4*)ws, (int*)sem, M, N, K, S, pf, cl);
   }
 }
 
@@ -2371,24 +2296,7 @@ def gemv_fits(cfg, N, K, m, dual=False):
         return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 32"
     if KB % (cfg.s * cfg.nw * cfg.u):
         return f"K/32={KB} not divisible by S*NW*U={cfg.s * cfg.nw * cfg.u}"
-    if cfg.pipe == 7:   # the CTA's whole weight slice in dynamic shared memory (opt-in above 48 KB)
-        if cfg.pf:
-            return "PIPE 7 has no L2 prefetch field (pf must be 0): its bulk copy is the prefetch"
-        static = smem_bytes(cfg.nw, nb, cfg.r, False) + 8 * cfg.nw    # red[NW][P], the flags, the mbarriers
-        if static > SMEM_LIMIT:
-            return f"PIPE 7: static shared memory {static} B > {SMEM_LIMIT}"
-        smem = smem_bytes(cfg.nw, nb, cfg.r, False, cfg.s, cfg.cl) + pipe7_smem(cfg.r, K, cfg.s, dual) + 8 * cfg.nw
-        if smem > TMA_SMEM_LIMIT:
-            return f"PIPE 7: shared memory {smem} B > {TMA_SMEM_LIMIT} (the CTA's weights do not fit: raise S)"
-        return _split_fits(cfg, 0)
-    if cfg.pipe not in range(6):
-        return f"pipe={cfg.pipe!r}: expected 0..7"
     return _split_fits(cfg, smem_bytes(cfg.nw, nb, cfg.r, False, cfg.s, cfg.cl))
-
-
-def pipe7_smem(r, K, s, dual):
-    """PIPE 7's weights in shared memory: R row blocks x K / S k x 2 B, twice for the router (hi, lo)."""
-    return (2 if dual else 1) * r * 16 * (K // s) * 2
 
 
 def gemvtz_smem(nw, st, nb, ka, s=1, cl=0):

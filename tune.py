@@ -42,7 +42,7 @@ NWS = (4, 8, 16)
 US = (1, 2, 4)
 UGS = (1, 2, 4)
 RS = (1, 2, 4)
-PIPES = (0, 1, 2, 3, 4, 5, 7)   # 7: plain only (the weights bulk-copied into shared memory before the wait)
+PIPES = (0, 1, 2, 3, 4, 5)
 # PIPE 6 (gemvt_kernel: TMA ring + wgmma, bf16 weights only): NW consumer warps, U = stages of the ring, R = 64-k
 # atoms a stage; S only where the grid has 0.5 to 4 CTAs per SM (a CTA holds up to 227 KB of ring).
 TMA_NWS = (4, 8)
@@ -71,16 +71,16 @@ def instances(nbs, duals, paths=("plain", "compressed"), nws=NWS, tma=True):
             for r in RS:
                 for pipe in PIPES:
                     pipelined = pipe in (1, 2, 4, 5)
-                    xbufs = 2 if pipe >= 4 else 1          # PIPE 4/5/7: the next trip's x in flight too
+                    xbufs = 2 if pipe >= 4 else 1          # PIPE 4/5: the next trip's x in flight too
                     for u in US:
                         for dual in duals:
                             if not dual and "plain" not in paths:
                                 continue
                             frags = 8 * u * r * (2 if dual else 1) * (2 if pipelined else 1)
-                            regs = frags + (4 * u * nb * xbufs if pipelined or pipe == 7 else 4 * nb) + 4 * r * nb
+                            regs = frags + (4 * u * nb * xbufs if pipelined else 4 * nb) + 4 * r * nb
                             if regs <= 200 and sub.smem_bytes(nw, nb, r, False) <= sub.SMEM_LIMIT:
                                 out.append(("gemv", (nw, u, nb, r, dual, pipe)))
-                    if False not in duals or "compressed" not in paths or pipe == 7:
+                    if False not in duals or "compressed" not in paths:
                         continue
                     for ug in UGS:
                         frags = 12 * ug * r * (2 if pipelined else 1)

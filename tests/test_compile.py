@@ -67,13 +67,12 @@ def test_trace_build_compiles(tmp_path):
 
 @needs_nvcc
 def test_x_ahead_and_tma_pipes_compile_without_spills(tmp_path):
-    # PIPE 4/5 (x one trip ahead), PIPE 6 (gemvt_kernel, TMA + wgmma) and PIPE 7 (weights bulk-copied into shared
-    # memory) may be in no table yet: tune.py compiles them; build them here too, from the source tune.py compiles
+    # PIPE 4/5 (x one trip ahead) and PIPE 6 (gemvt_kernel, TMA + wgmma) may be in no table yet: tune.py compiles
+    # them; build them here too, from the source tune.py compiles
     import tune
     insts = [("gemv", (4, 1, 4, 1, False, 4)), ("gemv", (4, 1, 2, 1, True, 5)), ("gemvz", (4, 1, 4, 1, 4)),
              ("gemvz", (4, 1, 2, 1, 5)), ("gemv", (4, 4, 4, 1, False, 6)), ("gemv", (8, 8, 2, 2, False, 6)),
-             ("gemv", (8, 12, 1, 1, False, 6)), ("gemvz", (4, 8, 4, 2, 6)), ("gemvz", (8, 4, 2, 1, 6)),
-             ("gemv", (8, 1, 4, 1, True, 7)), ("gemv", (16, 2, 1, 2, True, 7)), ("gemv", (4, 2, 2, 1, False, 7))]
+             ("gemv", (8, 12, 1, 1, False, 6)), ("gemvz", (4, 8, 4, 2, 6)), ("gemvz", (8, 4, 2, 1, 6))]
     (tmp_path / "x.cu").write_text(tune.tune_sources(insts, 1)[0][0])
     r = subprocess.run([NVCC, *submission.NVCC_FLAGS, "-Xptxas", "-v", "-c", str(tmp_path / "x.cu"), "-o",
                         str(tmp_path / "x.o")], capture_output=True, text=True)
@@ -82,8 +81,6 @@ def test_x_ahead_and_tma_pipes_compile_without_spills(tmp_path):
     assert len(spills) >= 10 and set(spills) == {"0"}, r.stderr[-3000:]
     assert len(re.findall(r"Compiling entry function '\w*gemvtz_kernel", r.stderr)) == 2, r.stderr[-3000:]
     assert len(re.findall(r"Compiling entry function '\w*gemvt_kernel", r.stderr)) == 3, r.stderr[-3000:]
-    assert len(re.findall(r"Compiling entry function '\w*gemv_kernelI(?:Li\d+E){4}Lb[01]ELi7E", r.stderr)) == 3, \
-        r.stderr[-3000:]
 
 
 def _pdl_probe():
