@@ -78,7 +78,7 @@ for st in $stages; do
     tzprobe)
       PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/tz_probe.py ${TZ_ARGS:-} 2>&1 | tee "$R/tzprobe.log" ;;
     racemin)
-      SANITIZE_MIN=1 PYTHONPATH=. timeout ${RACE_S:-150} compute-sanitizer --tool racecheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/racemin.log"
+      SANITIZE_MIN=${SANITIZE_MIN:-1} PYTHONPATH=. timeout ${RACE_S:-150} compute-sanitizer --tool racecheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/racemin.log"
       echo "racemin exit ${PIPESTATUS[0]}" | tee -a "$R/racemin.log" ;;
     sanitize)
       SANITIZE_CL=1 PYTHONPATH=. timeout ${RACE_S:-240} compute-sanitizer --tool racecheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/racecheck.log"
