@@ -3,7 +3,8 @@ DUAL) through a non-portable cluster of 16 CTAs (cl=2, the mbarrier variant, and
 compressed with exceptions through a cluster of 4 (cl=2), a chain where one layer reads the other's output, all
 under PDL. SANITIZE_CL=1 puts the cl=2 layers on cl=1 instead: compute-sanitizer's racecheck never finished the
 cl=2 case (killed after 8 minutes, 2026-11-30 session 5; synccheck passes it), so device.sh runs racecheck on cl=1.
-SANITIZE_MIN=1: only the smallest cl=2 case (device.sh stage racemin); SANITIZE_MIN=2: one cluster of two CTAs. SANITIZE_TMA=1: PIPE 6 (gemvt_kernel: the TMA
+SANITIZE_MIN=1: only the smallest cl=2 case (device.sh stage racemin); SANITIZE_MIN=2: one cluster of two CTAs
+(SANITIZE_PDL=0: without PDL). SANITIZE_TMA=1: PIPE 6 (gemvt_kernel: the TMA
 ring's full / empty mbarriers) at m=32, uneven split-K through the ticket (S=3) feeding a layer split through a
 cluster (S=2, cl=1; cl=2 with SANITIZE_CL unset), the first layer twice in a row, all under PDL."""
 import os
@@ -31,6 +32,7 @@ def tiny_case():
     does racecheck finish the st.async + mbarrier protocol at all, at the smallest size it has?"""
     A = S.prepare("tiny", judge.trained_like(16, 1024, 3, dev), path="plain")
     A.set_config(8, S.GemvConfig(nw=4, s=2, u=1, r=1, pipe=2, pf=0, cl=2))
+    A.pdl = os.environ.get("SANITIZE_PDL", "1") == "1"     # SANITIZE_PDL=0: the same launches without PDL
     xa = judge.fresh_x(8, 1024, 6, dev)
     y = S.kernel_fn(xa, A).clone()
     print("tiny case: eager call done", flush=True)
