@@ -35,7 +35,14 @@ def tiny_case():
     A.pdl = os.environ.get("SANITIZE_PDL", "1") == "1"     # SANITIZE_PDL=0: the same launches without PDL
     xa = judge.fresh_x(8, 1024, 6, dev)
     y = S.kernel_fn(xa, A).clone()
-    print("tiny case: eager call done", flush=True)
+    print("tiny case: eager call 1 done", flush=True)
+    S.kernel_fn(xa, A)
+    torch.cuda.synchronize()
+    print("tiny case: eager call 2 done", flush=True)
+    S.kernel_fn(xa, A)
+    S.kernel_fn(xa, A)
+    torch.cuda.synchronize()
+    print("tiny case: eager calls 3, 4 (back to back) done", flush=True)
     return [(8, A)], lambda: (S.kernel_fn(xa, A), S.kernel_fn(xa, A)), (y, y)
 
 
@@ -77,9 +84,12 @@ else:
     layers, calls, eager = full_case()
 for m, L in layers:
     print(L.describe().splitlines()[0], "|", L.plan(m))
+print("capturing the graph", flush=True)
 g, ys = judge.capture(calls)
-for _ in range(3):
+print("captured", flush=True)
+for i in range(3):
     g.replay()
-torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    print(f"replay {i} done", flush=True)
 assert all(torch.equal(y, e) for y, e in zip(ys, eager)), "graph != eager"
 print("sanitize case: graph == eager")
