@@ -1204,8 +1204,9 @@ gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap
 //     in-window value decz gave) and issues 4 wgmma.m64n(8NB)k16 with A from registers and B = the group's x;
 //     software-pipelined: a stage is read, decoded and patched while the previous stage's wgmma run
 //   a lane's patches: its own list in the patch table (the elements it holds, k-group ascending), the next four in
-//     registers; a stage costs one compare per lane unless a lane owns a patch in it (then a branch-free round of
-//     selects over the stage's fragment words per patch); read before griddepcontrol.wait
+//     registers; a stage costs one compare per lane, and a lane that owns a patch there branches to the one word
+//     (patch_group; session 10's warp-wide rounds of selects over every word: MUSE_TZ_SELECT); read before
+//     griddepcontrol.wait
 //   end: D -> split-K combine (gemv_kernel's) -> store
 // So the tensor cores see W itself, exceptions included: no correction pass, and the sums are the plain path's
 // products. Session 10 measured the correction passes this replaces: lanes a row loading x from global (pooler
@@ -1249,6 +1250,20 @@ __host__ __device__ constexpr size_t gemvtz_smem(int NW, int ST, int NB, int KA,
 __device__ __forceinline__ void patch_word(uint32_t& v, bool hit, uint32_t hm, uint32_t val) {
   v = hit ? (v & ~hm) | (val & hm) : v;
 }
+// One lane's patch into word r = fragment * 4 + word (0..15) of a group's four fragments: a branch to the one word
+// (a switch: the other fifteen are not touched, and only the lanes that own a patch run it).
+__device__ __forceinline__ void patch_group(uint4 (&f)[4], int r, uint32_t hm, uint32_t val) {
+#define MUSE_PATCH(J, W, F) \
+  case J * 4 + W: f[J].F = (f[J].F & ~hm) | (val & hm); break;
+  switch (r) {
+    MUSE_PATCH(0, 0, x) MUSE_PATCH(0, 1, y) MUSE_PATCH(0, 2, z) MUSE_PATCH(0, 3, w)
+    MUSE_PATCH(1, 0, x) MUSE_PATCH(1, 1, y) MUSE_PATCH(1, 2, z) MUSE_PATCH(1, 3, w)
+    MUSE_PATCH(2, 0, x) MUSE_PATCH(2, 1, y) MUSE_PATCH(2, 2, z) MUSE_PATCH(2, 3, w)
+    MUSE_PATCH(3, 0, x) MUSE_PATCH(3, 1, y) MUSE_PATCH(3, 2, z) MUSE_PATCH(3, 3, w)
+    default: break;
+  }
+#undef MUSE_PATCH
+}
 
 template <int NW, int ST, int NB, int KA>
 __global__ void __launch_bounds__((NW + 1) * 32, 1)
@@ -1257,6 +1272,7 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
               float4* __restrict__ ws, int* __restrict__ sem, int M, int N, int K, int S, uint32_t TL, uint32_t TH,
               int dbg, int cl) {
   static_assert(NW == 4 || NW == 8, "NW: one or two warpgroups");
+  static_assert(KA == 1 || KA == 2, "KA: one or two 64-k groups a stage (patch_group's index)");
   constexpr int NWG = NW / 4, NTOK = 8 * NB;
   constexpr uint32_t TILE = 6144, XB = NTOK * 128, STAGE = KA * (XB + NWG * TILE);
   constexpr int P = NW * NB * 32;
@@ -1327,6 +1343,16 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
       // the stage's patches: each lane writes its own (a round per patch of the lane with the most in this stage;
       // usually none or one). Word q = (a * 4 + fragment) * 4 + word of the stage's fragments, half bit 0 of e0.x.
       const int gs = g0 + i * KA;
+#ifndef MUSE_TZ_SELECT
+      // each lane alone walks its patches in this stage (usually none): a branch to the word, no warp-wide round
+      while ((e0.x >> 5) - gs < KA) {
+        const int a = (e0.x >> 5) - gs;
+        const uint32_t hm = (e0.x & 1) ? 0xFFFF0000u : 0x0000FFFFu, val = ((uint32_t)e0.y & 0xFFFFu) * 0x00010001u;
+        if (KA == 1 || a == 0) patch_group(fb[0], (e0.x >> 1) & 15, hm, val);
+        else patch_group(fb[KA - 1], (e0.x >> 1) & 15, hm, val);
+        advance();
+      }
+#else  // session 10's rounds (tools/tz_probe.py --variant MUSE_TZ_SELECT): a warp-wide round of selects per patch
       bool mine = (e0.x >> 5) - gs < KA;
       while (__any_sync(0xffffffffu, mine)) {
         const int q = mine ? ((e0.x >> 5) - gs) * 16 + ((e0.x >> 1) & 15) : -1;
@@ -1344,6 +1370,7 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
         if (mine) advance();
         mine = (e0.x >> 5) - gs < KA;
       }
+#endif
     };
     auto issue = [&](const uint4 (&fb)[KA][4], int i) {
       const uint32_t sb = base + (i % ST) * STAGE;
