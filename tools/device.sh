@@ -4,7 +4,7 @@
 # usage: tools/device.sh [stages...]   stages: build tests judge judgefull judgetriton tune tunetriton rebuild
 #        excost sanitize racemin ncu sweep trace ab sass probe tzprobe prebuild pytest (default: build tests judge); TUNE_ARGS, TTUNE_ARGS,
 #        NCU_CASES, NCU_METRICS (extra, comma-separated), SWEEP_ARGS, TRACE_CASES (may start with --define NAME), AB_VARIANTS (space-separated, '-' = shipped),
-#        AB_CASES, AB_ARGS (e.g. --no-check), PROBE_ARGS, TZ_ARGS, PYTEST_ARGS (default tests/test_tma.py), PYTEST_S and BUDGET
+#        AB_CASES, AB_ARGS (e.g. --no-check), PROBE_ARGS, TZ_ARGS, TZ_VARIANTS (the tz_probe variants to build and time; default all), PYTEST_ARGS (default tests/test_tma.py), PYTEST_S and BUDGET
 #        (seconds) from the env; a failing pytest stage skips the stages after it. prebuild: the shipped, AB, traced (TRACE_CASES set), tune
 #        (TUNE_ARGS set), probe and tz_probe (their stages asked) extensions compiled in parallel
 set -uo pipefail
@@ -70,13 +70,14 @@ for st in $stages; do
       [ -n "${TUNE_ARGS:-}" ] && python3 tune.py --build-only ${TUNE_ARGS} >> "$R/prebuild.log" 2>&1 &
       [[ " $stages " == *" probe "* ]] && PYTHONPATH=. python3 tools/pdl_probe.py --build-only >> "$R/prebuild.log" 2>&1 &
       if [[ " $stages " == *" tzprobe "* ]]; then
-        for v in '' $(PYTHONPATH=. python3 -c "import sys; sys.path.insert(0, 'tools'); import tz_probe; print(' '.join(v for v in tz_probe.VARIANTS if v))"); do
+        for v in '' ${TZ_VARIANTS:-$(PYTHONPATH=. python3 -c "import sys; sys.path.insert(0, 'tools'); import tz_probe; print(' '.join(v for v in tz_probe.VARIANTS if v))")}; do
           PYTHONPATH=. python3 tools/tz_probe.py --build-only --variant "$v" >> "$R/prebuild.log" 2>&1 &
         done
       fi
       wait; tail -8 "$R/prebuild.log" ;;
     tzprobe)
-      PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/tz_probe.py ${TZ_ARGS:-} 2>&1 | tee "$R/tzprobe.log" ;;
+      tv=(); for v in ${TZ_VARIANTS:-}; do tv+=(--variant "$v"); done
+      PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/tz_probe.py "${tv[@]}" ${TZ_ARGS:-} 2>&1 | tee "$R/tzprobe.log" ;;
     racemin)
       SANITIZE_MIN=${SANITIZE_MIN:-1} PYTHONPATH=. timeout ${RACE_S:-150} compute-sanitizer --tool racecheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/racemin.log"
       echo "racemin exit ${PIPESTATUS[0]}" | tee -a "$R/racemin.log" ;;
