@@ -71,25 +71,25 @@ CTABLE = {
     ("qkv_gate", 4): GemvConfig(nw=8, s=8, u=2, r=2, pipe=3, pf=0, pdl=1, cl=2),  # 9.86 us, runner-up 9.86 us
     ("qkv_gate", 8): GemvConfig(nw=4, s=6, u=4, r=2, pipe=6, pf=0, pdl=1, cl=2),  # 9.94 us, runner-up 9.95 us
     ("qkv_gate", 16): GemvConfig(nw=4, s=4, u=4, r=1, pipe=3, pf=0, pdl=1, cl=2),  # 10.13 us, runner-up 10.14 us
-    ("qkv_gate", 32): GemvConfig(nw=4, s=3, u=4, r=2, pipe=6, pf=0, pdl=1, cl=2),  # 10.96 us, runner-up 10.98 us
+    ("qkv_gate", 32): GemvConfig(nw=4, s=3, u=4, r=2, pipe=6, pf=0, pdl=1, cl=2),  # 10.97 us, runner-up 11.06 us
     ("o_proj", 1): GemvConfig(nw=8, s=2, u=2, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 7.89 us, runner-up 8.21 us
     ("o_proj", 2): GemvConfig(nw=8, s=2, u=2, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 7.96 us, runner-up 8.36 us
     ("o_proj", 4): GemvConfig(nw=8, s=2, u=2, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 7.84 us, runner-up 8.29 us
     ("o_proj", 8): GemvConfig(nw=8, s=2, u=2, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 7.80 us, runner-up 8.36 us
     ("o_proj", 16): GemvConfig(nw=4, s=2, u=2, r=2, pipe=4, pf=0, pdl=1, cl=2),  # 8.72 us, runner-up 8.75 us
-    ("o_proj", 32): GemvConfig(nw=4, s=1, u=8, r=2, pipe=6, pf=0, pdl=1, cl=0),  # 9.71 us, runner-up 9.93 us
+    ("o_proj", 32): GemvConfig(nw=4, s=1, u=8, r=2, pipe=6, pf=0, pdl=1, cl=0),  # 9.72 us, runner-up 10.01 us
     ("pooler", 1): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.52 us, runner-up 15.62 us
     ("pooler", 2): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.55 us, runner-up 15.81 us
     ("pooler", 4): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.72 us, runner-up 15.97 us
     ("pooler", 8): GemvConfig(nw=4, s=2, u=12, r=2, pipe=6, pf=0, pdl=1, cl=2),  # 15.88 us, runner-up 15.97 us
     ("pooler", 16): GemvConfig(nw=8, s=2, u=4, r=2, pipe=3, pf=0, pdl=1, cl=2),  # 16.38 us, runner-up 16.58 us
-    ("pooler", 32): GemvConfig(nw=4, s=2, u=8, r=2, pipe=6, pf=0, pdl=1, cl=2),  # 16.73 us, runner-up 17.21 us
+    ("pooler", 32): GemvConfig(nw=4, s=2, u=8, r=2, pipe=6, pf=0, pdl=1, cl=2),  # 16.75 us, runner-up 17.24 us
     ("unpooler", 1): GemvConfig(nw=8, s=2, u=2, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 15.46 us, runner-up 15.52 us
     ("unpooler", 2): GemvConfig(nw=8, s=2, u=2, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 15.53 us, runner-up 15.55 us
     ("unpooler", 4): GemvConfig(nw=4, s=1, u=12, r=2, pipe=6, pf=0, pdl=1, cl=0),  # 15.45 us, runner-up 15.55 us
     ("unpooler", 8): GemvConfig(nw=4, s=1, u=12, r=2, pipe=6, pf=0, pdl=1, cl=0),  # 15.36 us, runner-up 15.45 us
     ("unpooler", 16): GemvConfig(nw=4, s=2, u=4, r=2, pipe=6, pf=0, pdl=1, cl=2),  # 16.11 us, runner-up 16.14 us
-    ("unpooler", 32): GemvConfig(nw=4, s=1, u=8, r=2, pipe=6, pf=0, pdl=1, cl=0),  # 16.66 us, runner-up 17.02 us
+    ("unpooler", 32): GemvConfig(nw=4, s=1, u=8, r=2, pipe=6, pf=0, pdl=1, cl=0),  # 16.68 us, runner-up 17.06 us
 }
 # ---- END GENERATED ----
 
