@@ -332,9 +332,9 @@ def gemvtz_emulate(tiles, pptr, pesc, TL, TH, x, N, K, nw, ka, s, patches=True):
     rb 1536 + 0 / 512 / 1024 + 16 lane) and decodes f0 = decz(A0.x, A0.y, B.x), f1 = decz(A0.z, A0.w, B.y),
     f2 = decz(A1.x, A1.y, B.z), f3 = decz(A1.z, A1.w, B.w). Then each lane patches the step from its own list
     pesc[pptr[rb 32 + lane] .. pptr[rb 32 + lane + 1]) (rb = rg NW + w; once per CTA it skips the entries with
-    G < g0, the groups before its slice): in rounds (the warp's __any_sync loop) every lane whose next entry
-    {e = G << 5 | f << 3 | d << 1 | h, bits} has G - gs < KA (gs: the step's first group) writes bits into half h of
-    word q = (G - gs) 16 + ((e >> 1) & 15) of the step's fragments (group q >> 4, fragment (q >> 2) & 3, word q & 3)
+    G < g0, the groups before its slice): while its next entry {e = G << 5 | f << 3 | d << 1 | h, bits} has
+    G - gs < KA (gs: the step's first group), the lane writes bits into half h of word (e >> 1) & 15 of group
+    G - gs's fragments (fragment ((e >> 1) & 15) >> 2, word e >> 1 & 3; the kernel's patch_group branches to it)
     and moves on; entries at or past the slice's end are never reached. Warpgroup g's wgmma step f multiplies the
     64 x 16 A its warps' f registers hold by the box's k 16 f .. 16 f + 15 (fp32 accumulators). D is the CTA's
     partial, the split-K sum takes them in the order 0..S-1 (S = 1: the partial as it is), then bf16. tiles: pack_tz's
@@ -389,7 +389,9 @@ def gemvtz_emulate(tiles, pptr, pesc, TL, TH, x, N, K, nw, ka, s, patches=True):
                         (A1[..., 0], A1[..., 1], B[..., 2]), (A1[..., 2], A1[..., 3], B[..., 3]))])
                 gs = g0 + i * KA                                # the step's first group
                 mine = (head() >> 5) - gs < KA                  # lanes with a patch in this step
-                while mine.any():                               # a round: each such lane writes its next entry
+                while mine.any():                               # every lane walks its own list: one pass here
+                    # writes each such lane's next entry (lanes never touch each other's words, so the order of the
+                    # kernel's independent per-lane loops gives the same fragments)
                     for w, ln in zip(*np.nonzero(mine)):
                         e, bits = int(pesc[cur[w, ln], 0]), int(pesc[cur[w, ln], 1]) & 0xFFFF
                         q = ((e >> 5) - gs) * 16 + ((e >> 1) & 15)
