@@ -57,10 +57,10 @@ def check_row(kind, layer, m, config):
     if not 1 <= m <= 32:
         probs.append(f"{where}: m={m} outside 1..32")
     nb = nb_of(m)
-    if kind == "plain" and pipe == 6:
-        return probs + check_tma_row(where, layer, nb, nw, s, u, r, pf, pdl, cl)
+    if pipe == 6:
+        return probs + check_tma_row(where, layer, nb, nw, s, u, r, pf, pdl, cl, kind == "compressed")
     if pipe > 5:
-        probs.append(f"{where}: PIPE={pipe} not in 0..6 (6: plain only)")
+        probs.append(f"{where}: PIPE={pipe} not in 0..6")
     if pf > 1 or pdl > 1 or cl > 2:
         probs.append(f"{where}: pf={pf}, pdl={pdl}, cl={cl}: pf and pdl are 0 or 1, cl is 0, 1 or 2")
     if cl and not 2 <= s <= 16:
@@ -89,21 +89,24 @@ def check_row(kind, layer, m, config):
 TMA_SMEM_LIMIT = 227 * 1024    # PIPE 6 opts in to the most shared memory a CTA may have
 
 
-def tma_smem(nw, st, nb, ka, s, cl):
-    """PIPE 6 (gemvt_kernel): 1 KB of alignment slack + a ring of st stages, each ka 64-k atoms of 16 nw weight rows
-    and 8 nb tokens at 128 B a row, + with cl the leader's cbuf[S-1][nw*nb*32] float4, + the mbarriers (static)."""
-    return 1024 + st * ka * (16 * nw + 8 * nb) * 128 + (s - 1) * nw * nb * 32 * 16 * (cl >= 1) + 16 * st + 16
+def tma_smem(nw, st, nb, ka, s, cl, compressed=False):
+    """PIPE 6: 1 KB of alignment slack + a ring of st stages, each ka 64-k groups of 8 nb tokens at 128 B a row and of
+    weights (gemvt_kernel: 16 nw bf16 rows at 128 B; gemvtz_kernel: 6 KB of 12-bit tile per warpgroup), + with cl the
+    leader's cbuf[S-1][nw*nb*32] float4, + the mbarriers (static)."""
+    w = nw // 4 * 6144 if compressed else 16 * nw * 128
+    return 1024 + st * ka * (w + 8 * nb * 128) + (s - 1) * nw * nb * 32 * 16 * (cl >= 1) + 16 * st + 16
 
 
-def check_tma_row(where, layer, nb, nw, s, u, r, pf, pdl, cl):
-    """PIPE 6 rows: u = stages, r = 64-k atoms a stage, nw consumer warps (whole warpgroups of 64 rows); S need not
-    divide K (the CTAs' slices differ by at most one step), but every CTA needs a step."""
+def check_tma_row(where, layer, nb, nw, s, u, r, pf, pdl, cl, compressed=False):
+    """PIPE 6 rows (plain: gemvt_kernel; compressed: gemvtz_kernel): u = stages, r = 64-k groups a stage, nw consumer
+    warps (whole warpgroups of 64 rows; compressed: one or two); S need not divide K (the CTAs' slices differ by at
+    most one step), but every CTA needs a step."""
     N, K = layer["N"], layer["K"]
     probs = []
     if layer.get("dtype") == "fp32":
         probs.append(f"{where}: PIPE 6 takes bf16 weights, not the DUAL router")
-    if nw % 4 or not 4 <= nw <= 16:
-        probs.append(f"{where}: PIPE 6 needs NW = 4, 8, 12 or 16 (warpgroups), got {nw}")
+    if nw not in ((4, 8) if compressed else (4, 8, 12, 16)):
+        probs.append(f"{where}: PIPE 6 needs NW = {'4 or 8' if compressed else '4, 8, 12 or 16'} (warpgroups), got {nw}")
     if N % (16 * nw) or K % (64 * r):
         probs.append(f"{where}: PIPE 6 needs N % (16*NW) == 0 and K % (64*R) == 0 (N={N}, K={K}, NW={nw}, R={r})")
     elif not 1 <= s <= K // (64 * r):
@@ -112,7 +115,7 @@ def check_tma_row(where, layer, nb, nw, s, u, r, pf, pdl, cl):
         probs.append(f"{where}: PIPE 6 has pf = 0 (its ring prefetches), pdl 0/1, cl 0..2; got pf={pf} pdl={pdl} cl={cl}")
     if cl and not 2 <= s <= 16:
         probs.append(f"{where}: cl={cl} makes the S={s} CTAs of a row group one cluster: S must be 2..16")
-    smem = tma_smem(nw, u, nb, r, s, cl)
+    smem = tma_smem(nw, u, nb, r, s, cl, compressed)
     if smem > TMA_SMEM_LIMIT:
         probs.append(f"{where}: PIPE 6 shared memory {smem} B > {TMA_SMEM_LIMIT} B")
     return probs
@@ -123,11 +126,13 @@ def launch_numbers(kind, layer, config):
     """Grid, warps, K per warp, bytes in flight per lane and per SM for one row."""
     N, K = layer["N"], layer["K"]
     nw, s, r = config["nw"], config["s"], config.get("r", 1)
-    if kind == "plain" and config["pipe"] == 6:     # the ring's weight bytes are what a CTA keeps in flight
+    if config["pipe"] == 6:     # the ring's weight bytes are what a CTA keeps in flight
+        comp = kind == "compressed"
+        st = config["ug" if comp else "u"]
         ctas = N // (16 * nw) * s
-        fit = TMA_SMEM_LIMIT // tma_smem(nw, config["u"], 4, r, s, config.get("cl", 0))
+        fit = TMA_SMEM_LIMIT // tma_smem(nw, st, 4, r, s, config.get("cl", 0), comp)
         per_sm_ctas = min(math.ceil(ctas / SMS), max(fit, 1))
-        sm_bytes = config["u"] * r * nw * 16 * 128 * per_sm_ctas
+        sm_bytes = st * r * (nw // 4 * 6144 if comp else nw * 16 * 128) * per_sm_ctas
         return dict(grid=(N // (16 * nw), s), ctas=ctas, warps=nw + 1, k_per_warp=K // s, lane_bytes=0,
                     ctas_per_sm=per_sm_ctas, sm_bytes=sm_bytes, little=sm_bytes / LITTLE_PER_SM)
     ctas = N // (16 * r) * s

@@ -293,6 +293,26 @@ def test_check_row_agrees_with_submission_fits():
                                 assert (comp is None) == (got == []), (name, m, zcfg, comp, got)
 
 
+def test_check_row_agrees_with_submission_fits_on_pipe6_both_paths():
+    # PIPE 6 rows (gemvt_kernel, gemvtz_kernel: u / ug = stages, r = 64-k groups a stage) in ctable and ztable
+    layers, _ = _tables()
+    seen = {True: 0, False: 0}
+    for name, l in layers.items():
+        for m, nw, st, ka, s, cl in itertools.product((1, 16, 32), (4, 8, 12), (4, 8, 12), (1, 2), (1, 2, 3, 6), (0, 2)):
+            for comp in (False, True):
+                cls, fits, ukey = ((submission.GemvzConfig, submission.gemvz_fits, "ug") if comp else
+                                   (submission.GemvConfig, submission.gemv_fits, "u"))
+                cfg = cls(nw, s, st, ka, 6, 0, 1, cl)
+                why = fits(cfg, l["N"], l["K"], m) if comp else fits(cfg, l["N"], l["K"], m, l["dtype"] == "fp32")
+                if comp and l["dtype"] == "fp32":
+                    continue                                   # the router never takes the compressed path
+                got = lab0.check_row("compressed" if comp else "plain", l, m,
+                                     dict(nw=nw, s=s, r=ka, pipe=6, cl=cl, **{ukey: st}))
+                assert (why is None) == (got == []), (name, m, cfg, why, got)
+                seen[comp] += why is None
+    assert seen[True] > 50 and seen[False] > 50, seen
+
+
 def test_side_table_is_csr_with_rows_in_k_order():
     W = _trained()
     W[7, ::37] = 0x3F40                                # one row with many exceptions (more than a chunk)
