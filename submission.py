@@ -1205,8 +1205,8 @@ gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap
 //     software-pipelined: a stage is read, decoded and patched while the previous stage's wgmma run
 //   a lane's patches: its own list in the patch table (the elements it holds, k-group ascending), the next four in
 //     registers; a stage costs one compare per lane, and a lane that owns a patch there branches to the one word
-//     (patch_group; session 10's warp-wide rounds of selects over every word: MUSE_TZ_SELECT); read before
-//     griddepcontrol.wait
+//     (patch_group; session 10's warp-wide rounds of selects over every word cost 2.0 / 5.2 us against 1.2 / 2.4
+//     at unpooler / pooler m = 32: NOTES.md, session 11); read before griddepcontrol.wait
 //   end: D -> split-K combine (gemv_kernel's) -> store
 // So the tensor cores see W itself, exceptions included: no correction pass, and the sums are the plain path's
 // products. Session 10 measured the correction passes this replaces: lanes a row loading x from global (pooler
@@ -1246,10 +1246,6 @@ __host__ __device__ constexpr size_t gemvtz_smem(int NW, int ST, int NB, int KA,
   return 1024 + (size_t)ST * KA * (8 * NB * 128 + NW / 4 * 6144) + (cl ? (size_t)(S - 1) * NW * NB * 32 * 16 : 0);
 }
 
-// A patch: where hit, the half of the fragment word v that hm selects takes val's (val holds the bits in both).
-__device__ __forceinline__ void patch_word(uint32_t& v, bool hit, uint32_t hm, uint32_t val) {
-  v = hit ? (v & ~hm) | (val & hm) : v;
-}
 // One lane's patch into word r = fragment * 4 + word (0..15) of a group's four fragments: a branch to the one word
 // (a switch: the other fifteen are not touched, and only the lanes that own a patch run it).
 __device__ __forceinline__ void patch_group(uint4 (&f)[4], int r, uint32_t hm, uint32_t val) {
@@ -1340,37 +1336,17 @@ gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMa
         fb[a][3] = decz(A1.z, A1.w, B.w, TL, TH);
 #endif
       }
-      // the stage's patches: each lane writes its own (a round per patch of the lane with the most in this stage;
-      // usually none or one). Word q = (a * 4 + fragment) * 4 + word of the stage's fragments, half bit 0 of e0.x.
+      // the stage's patches: each lane alone walks its own (usually none) and branches to the word, fragment * 4 + word
+      // of the entry's group, half bit 0 of e0.x; no warp-wide round
       const int gs = g0 + i * KA;
-#ifndef MUSE_TZ_SELECT
-      // each lane alone walks its patches in this stage (usually none): a branch to the word, no warp-wide round
       while ((e0.x >> 5) - gs < KA) {
-        const int a = (e0.x >> 5) - gs;
+        const int a = (e0.x >> 5) - gs;  // the entry's group in the stage
         const uint32_t hm = (e0.x & 1) ? 0xFFFF0000u : 0x0000FFFFu, val = ((uint32_t)e0.y & 0xFFFFu) * 0x00010001u;
+        // constant indices keep fb in registers; KA == 1 spelled out keeps a single switch there
         if (KA == 1 || a == 0) patch_group(fb[0], (e0.x >> 1) & 15, hm, val);
         else patch_group(fb[KA - 1], (e0.x >> 1) & 15, hm, val);
         advance();
       }
-#else  // session 10's rounds (tools/tz_probe.py --variant MUSE_TZ_SELECT): a warp-wide round of selects per patch
-      bool mine = (e0.x >> 5) - gs < KA;
-      while (__any_sync(0xffffffffu, mine)) {
-        const int q = mine ? ((e0.x >> 5) - gs) * 16 + ((e0.x >> 1) & 15) : -1;
-        const uint32_t hm = (e0.x & 1) ? 0xFFFF0000u : 0x0000FFFFu, val = ((uint32_t)e0.y & 0xFFFFu) * 0x00010001u;
-#pragma unroll
-        for (int a = 0; a < KA; a++)
-#pragma unroll
-          for (int j = 0; j < 4; j++) {
-            const int q0 = (a * 4 + j) * 4;
-            patch_word(fb[a][j].x, q == q0, hm, val);
-            patch_word(fb[a][j].y, q == q0 + 1, hm, val);
-            patch_word(fb[a][j].z, q == q0 + 2, hm, val);
-            patch_word(fb[a][j].w, q == q0 + 3, hm, val);
-          }
-        if (mine) advance();
-        mine = (e0.x >> 5) - gs < KA;
-      }
-#endif
     };
     auto issue = [&](const uint4 (&fb)[KA][4], int i) {
       const uint32_t sb = base + (i % ST) * STAGE;

@@ -89,12 +89,17 @@ def check_row(kind, layer, m, config):
 TMA_SMEM_LIMIT = 227 * 1024    # PIPE 6 opts in to the most shared memory a CTA may have
 
 
+def ring_w_bytes(nw, compressed):
+    """One 64-k group of a PIPE 6 stage's weights: gemvt_kernel 16 nw bf16 rows at 128 B, gemvtz_kernel a 6 KB
+    12-bit tile per warpgroup."""
+    return nw // 4 * 6144 if compressed else 16 * nw * 128
+
+
 def tma_smem(nw, st, nb, ka, s, cl, compressed=False):
     """PIPE 6: 1 KB of alignment slack + a ring of st stages, each ka 64-k groups of 8 nb tokens at 128 B a row and of
     weights (gemvt_kernel: 16 nw bf16 rows at 128 B; gemvtz_kernel: 6 KB of 12-bit tile per warpgroup), + with cl the
     leader's cbuf[S-1][nw*nb*32] float4, + the mbarriers (static)."""
-    w = nw // 4 * 6144 if compressed else 16 * nw * 128
-    return 1024 + st * ka * (w + 8 * nb * 128) + (s - 1) * nw * nb * 32 * 16 * (cl >= 1) + 16 * st + 16
+    return 1024 + st * ka * (ring_w_bytes(nw, compressed) + 8 * nb * 128) + (s - 1) * nw * nb * 32 * 16 * (cl >= 1) + 16 * st + 16
 
 
 def check_tma_row(where, layer, nb, nw, s, u, r, pf, pdl, cl, compressed=False):
@@ -132,7 +137,7 @@ def launch_numbers(kind, layer, config):
         ctas = N // (16 * nw) * s
         fit = TMA_SMEM_LIMIT // tma_smem(nw, st, 4, r, s, config.get("cl", 0), comp)
         per_sm_ctas = min(math.ceil(ctas / SMS), max(fit, 1))
-        sm_bytes = st * r * (nw // 4 * 6144 if comp else nw * 16 * 128) * per_sm_ctas
+        sm_bytes = st * r * ring_w_bytes(nw, comp) * per_sm_ctas
         return dict(grid=(N // (16 * nw), s), ctas=ctas, warps=nw + 1, k_per_warp=K // s, lane_bytes=0,
                     ctas_per_sm=per_sm_ctas, sm_bytes=sm_bytes, little=sm_bytes / LITTLE_PER_SM)
     ctas = N // (16 * r) * s

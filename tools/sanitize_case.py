@@ -35,14 +35,8 @@ def tiny_case():
     A.pdl = os.environ.get("SANITIZE_PDL", "1") == "1"     # SANITIZE_PDL=0: the same launches without PDL
     xa = judge.fresh_x(8, 1024, 6, dev)
     y = S.kernel_fn(xa, A).clone()
-    print("tiny case: eager call 1 done", flush=True)
-    S.kernel_fn(xa, A)
     torch.cuda.synchronize()
-    print("tiny case: eager call 2 done", flush=True)
-    S.kernel_fn(xa, A)
-    S.kernel_fn(xa, A)
-    torch.cuda.synchronize()
-    print("tiny case: eager calls 3, 4 (back to back) done", flush=True)
+    print("tiny case: the eager call's kernel has ended", flush=True)
     return [(8, A)], lambda: (S.kernel_fn(xa, A), S.kernel_fn(xa, A)), (y, y)
 
 

@@ -10,8 +10,8 @@ calls), every line in two interleaved rounds.
 Variants (macros in gemvtz_kernel's consumer loop), each also timed with dbg = 1 (no patches):
     MUSE_TZ_NODEC   no decode (the raw words go to wgmma as A)
     MUSE_TZ_EMPTY   the consumers only wait for each stage and free it: the ring's own rate
-    MUSE_TZ_SELECT  session 10's patches (a warp-wide round of selects over every fragment word per patch)
-(Session 10's first runs also had MUSE_TZ_NOMMA and MUSE_TZ_NOLDS, on the loop before it was software-pipelined.)
+(Session 10's first runs also had MUSE_TZ_NOMMA and MUSE_TZ_NOLDS, on the loop before it was software-pipelined;
+session 11's MUSE_TZ_SELECT kept session 10's patch rounds for one A/B, git 5dd3481.)
 Per case, the compressed and plain PIPE 6 configs are screened (3 replays) with the shipped kernel and the best of
 each is timed for every variant.
 """
@@ -28,7 +28,7 @@ import judge
 import submission as S
 import tune
 
-VARIANTS = ("", "MUSE_TZ_NODEC", "MUSE_TZ_EMPTY", "MUSE_TZ_SELECT")
+VARIANTS = ("", "MUSE_TZ_NODEC", "MUSE_TZ_EMPTY")
 NBS = (1, 2, 4)
 
 
