@@ -188,7 +188,15 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
 }
 
 // x is read by every CTA of the launch: the cached read-only path (L1 + L2), 16 bytes = 8 tokens' k.
+#ifdef MUSE_NOX
+// timing experiment only (WRONG results): no x loads at all, a value made from the address instead
+__device__ __forceinline__ uint4 ld_x(const bf16* p) {
+  const uint32_t v = (uint32_t)(uintptr_t)p;
+  return make_uint4(v, v ^ 1u, v ^ 2u, v ^ 3u);
+}
+#else
 __device__ __forceinline__ uint4 ld_x(const bf16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+#endif
 
 // D += A.B on the tensor cores: A = 16 weight rows x 16 k (8 bf16 per lane), B = 16 k x 8 tokens.
 __device__ __forceinline__ void mma16816(float (&d)[4], uint4 a, uint32_t b0, uint32_t b1) {
@@ -832,7 +840,15 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 
     const bf16* xr[NB];
 #pragma unroll
+#ifdef MUSE_XLINES
+    // timing experiment only (WRONG results): xa = tokens 8nb + g/2, xb = tokens 8nb + 4 + g/2, each request 4 full
+    // 128-B lines instead of 8 half lines; the same x bytes and footprint as the real pattern (m >= 8 only)
+    for (int nb = 0; nb < NB; nb++) xr[nb] = x + (size_t)min(nb * 8 + (g >> 1), M - 1) * K + g0 * 64 + (g & 1) * 32 + t * 8;
+    const int xboff = 4 * K;
+#else
     for (int nb = 0; nb < NB; nb++) xr[nb] = x + (size_t)min(nb * 8 + g, M - 1) * K + g0 * 64 + t * 8;
+    constexpr int xboff = 32;
+#endif
     float acc[R][NB][4];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -848,7 +864,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #pragma unroll
           for (int nb = 0; nb < NB; nb++) {
             xa[nb] = ld_x(xr[nb] + (i + u) * 64);
-            xb[nb] = ld_x(xr[nb] + (i + u) * 64 + 32);
+            xb[nb] = ld_x(xr[nb] + (i + u) * 64 + xboff);
           }
           TR_ARRIVED(i == 0 && u == 0, z[0][0][0].x, xa[0].x)
 #pragma unroll
@@ -860,7 +876,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       // x of trip i's groups: xa = k 0..31, xb = k 32..63 of each
       auto load_x = [&](uint4 (&xa_)[UG][NB], uint4 (&xb_)[UG][NB], int i) {
         load_xbatch<UG, NB, 64>(xa_, xr, i);
-        load_xbatch<UG, NB, 64>(xb_, xr, i, 32);
+        load_xbatch<UG, NB, 64>(xb_, xr, i, xboff);
       };
       uint4 xa[UG][NB], xb[UG][NB];
       if constexpr (XAHEAD) load_x(xa, xb, 0);
