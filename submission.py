@@ -194,6 +194,12 @@ __device__ __forceinline__ uint4 ld_x(const bf16* p) {
   const uint32_t v = (uint32_t)(uintptr_t)p;
   return make_uint4(v, v ^ 1u, v ^ 2u, v ^ 3u);
 }
+#elif defined(MUSE_NOX1)
+// timing experiment only (WRONG results): no x loads, every x = 1.0 (NOX with tame values)
+__device__ __forceinline__ uint4 ld_x(const bf16* p) {
+  const uint32_t v = 0x3f803f80u | ((uint32_t)(uintptr_t)p & 0x00010000u);
+  return make_uint4(v, v, v, v);
+}
 #else
 __device__ __forceinline__ uint4 ld_x(const bf16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 #endif
@@ -840,7 +846,11 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 
     const bf16* xr[NB];
 #pragma unroll
-#ifdef MUSE_XLINES
+#if defined(MUSE_XONE)
+    // timing experiment only (WRONG results): every lane reads token 0 (m = 1's x pattern at any m)
+    for (int nb = 0; nb < NB; nb++) xr[nb] = x + g0 * 64 + t * 8;
+    constexpr int xboff = 32;
+#elif defined(MUSE_XLINES)
     // timing experiment only (WRONG results): xa = tokens 8nb + g/2, xb = tokens 8nb + 4 + g/2, each request 4 full
     // 128-B lines instead of 8 half lines; the same x bytes and footprint as the real pattern (m >= 8 only)
     for (int nb = 0; nb < NB; nb++) xr[nb] = x + (size_t)min(nb * 8 + (g >> 1), M - 1) * K + g0 * 64 + (g & 1) * 32 + t * 8;
