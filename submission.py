@@ -786,6 +786,24 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         asm volatile("prefetch.global.L1 [%0];" ::"l"(esc + beg[r]));
     }
     pdl_wait();
+#ifndef MUSE_EXC_NOPF
+    // Every x value the corrections need is requested at once (prefetch.global.L1, no register waits on it):
+    // the chunk walk below then finds them in L1 instead of paying an L2 round trip per chunk.
+    if (!(dbg & 1)) {
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+#pragma unroll 4
+        for (int j = beg[r]; j < end[r]; j++) {
+          const int k = __ldg(&esc[j].x);
+          if (k >= klo && k < khi) {
+#pragma unroll
+            for (int q = 0; q < NB * 4; q++)
+              if (p + 2 * q < M) asm volatile("prefetch.global.L1 [%0];" ::"l"(x + (size_t)(p + 2 * q) * K + k));
+          }
+        }
+      }
+    }
+#endif
 #pragma unroll
     for (int r = 0; r < R; r++) {
       float ea[NB * 4];

@@ -4,7 +4,7 @@
 # usage: tools/device.sh [stages...]   stages: build tests judge judgefull judgetriton tune tunetriton rebuild
 #        excost sanitize racemin ncu sweep trace ab sass probe tzprobe prebuild pytest (default: build tests judge); TUNE_ARGS, TTUNE_ARGS,
 #        NCU_CASES, NCU_METRICS (extra, comma-separated), SWEEP_ARGS, TRACE_CASES (may start with --define NAME), AB_VARIANTS (space-separated, '-' = shipped),
-#        AB_CASES, AB_ARGS (e.g. --no-check), PROBE_ARGS, TZ_ARGS, TZ_VARIANTS (the tz_probe variants to build and time; default all), PYTEST_ARGS (default tests/test_tma.py), PYTEST_S and BUDGET
+#        AB_CASES, AB_ARGS (e.g. --no-check), PROBE_ARGS, EXC_ARGS (tools/exception_cost.py), TZ_ARGS, TZ_VARIANTS (the tz_probe variants to build and time; default all), PYTEST_ARGS (default tests/test_tma.py), PYTEST_S and BUDGET
 #        (seconds) from the env; a failing pytest stage skips the stages after it. prebuild: the shipped, AB, traced (TRACE_CASES set), tune
 #        (TUNE_ARGS set), probe and tz_probe (their stages asked) extensions compiled in parallel
 set -uo pipefail
@@ -43,7 +43,7 @@ for st in $stages; do
       python3 tune.py --backend triton --budget-s ${TTUNE_S:-$(( $(left) - 30 ))} ${TTUNE_ARGS:-} 2>&1 | tee "$R/tune_triton.log" | tail -40
       cp tables/ttable.json "$R/" ;;
     excost)
-      PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/exception_cost.py 2>&1 | tee "$R/excost.log" ;;
+      PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/exception_cost.py ${EXC_ARGS:-} 2>&1 | tee "$R/excost.log" ;;
     ncu)
       PYTHONPATH=. timeout $(( $(left) - 10 )) ncu -k regex:gemv --cache-control all --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats \
