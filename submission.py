@@ -774,6 +774,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   __shared__ float ecorr[R * 16][NB * 8 + 1];  // +1: the 16 rows of a block land in 16 different banks
 
   if (warp == NW) {
+#ifdef MUSE_EXC_OLD
     const int rl = lane & 15, p = lane >> 4;
     const int klo = sidx * KGS * 64, khi = klo + KGS * 64;
     int beg[R], end[R];
@@ -786,24 +787,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         asm volatile("prefetch.global.L1 [%0];" ::"l"(esc + beg[r]));
     }
     pdl_wait();
-#ifndef MUSE_EXC_NOPF
-    // Every x value the corrections need is requested at once (prefetch.global.L1, no register waits on it):
-    // the chunk walk below then finds them in L1 instead of paying an L2 round trip per chunk.
-    if (!(dbg & 1)) {
-#pragma unroll
-      for (int r = 0; r < R; r++) {
-#pragma unroll 4
-        for (int j = beg[r]; j < end[r]; j++) {
-          const int k = __ldg(&esc[j].x);
-          if (k >= klo && k < khi) {
-#pragma unroll
-            for (int q = 0; q < NB * 4; q++)
-              if (p + 2 * q < M) asm volatile("prefetch.global.L1 [%0];" ::"l"(x + (size_t)(p + 2 * q) * K + k));
-          }
-        }
-      }
-    }
-#endif
 #pragma unroll
     for (int r = 0; r < R; r++) {
       float ea[NB * 4];
@@ -839,6 +822,73 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #pragma unroll
       for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
     }
+#else
+    const int rl = lane & 15, p = lane >> 4;
+    const int klo = sidx * KGS * 64, khi = klo + KGS * 64;
+    // a chunk: entries j .. j+EC-1 of the row (past its end: {khi, 0}, which no test below takes)
+    auto load_chunk = [&](int2 (&e)[EC], int j, int end) {
+#pragma unroll
+      for (int c = 0; c < EC; c++) e[c] = j + c < end ? __ldg(esc + j + c) : make_int2(khi, 0);
+    };
+    auto load_xs = [&](float (&xv)[EC][NB * 4], const int2 (&e)[EC]) {
+#pragma unroll
+      for (int c = 0; c < EC; c++)
+#pragma unroll
+        for (int q = 0; q < NB * 4; q++) {
+          const int tok = p + 2 * q;
+          xv[c][q] = e[c].x >= klo && e[c].x < khi && tok < M ? __bfloat162float(x[(size_t)tok * K + e[c].x]) : 0.f;
+        }
+    };
+    auto fma_chunk = [&](float (&ea)[NB * 4], const int2 (&e)[EC], const float (&xv)[EC][NB * 4]) {
+#pragma unroll
+      for (int c = 0; c < EC; c++)
+        if (e[c].x >= klo && e[c].x < khi) {
+          const float d = __int_as_float(e[c].y);
+#pragma unroll
+          for (int q = 0; q < NB * 4; q++) ea[q] += d * xv[c][q];  // tok >= M: never stored
+        }
+    };
+    // Before the wait (the table is constant after prepare): each row block's first chunk that is not wholly
+    // below this CTA's K slice, in registers.
+    int2 e0[R][EC];
+    int nxt[R], end[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const int row = (rg * R + r) * 16 + rl;
+      int j = __ldg(eptr + row);
+      end[r] = (dbg & 1) ? j : __ldg(eptr + row + 1);
+      load_chunk(e0[r], j, end[r]);
+      while (e0[r][EC - 1].x < klo) {  // k ascending: the whole chunk is below the slice
+        j += EC;
+        load_chunk(e0[r], j, end[r]);
+      }
+      nxt[r] = j + EC;
+    }
+    pdl_wait();
+    // After it: the x values of all R first chunks in flight at once (one round trip), then the FMAs in k order.
+    float xv0[R][EC][NB * 4];
+#pragma unroll
+    for (int r = 0; r < R; r++) load_xs(xv0[r], e0[r]);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      float ea[NB * 4];
+#pragma unroll
+      for (int q = 0; q < NB * 4; q++) ea[q] = 0.f;
+      fma_chunk(ea, e0[r], xv0[r]);
+      if (e0[r][EC - 1].x < khi) {  // rare: the row has more than EC entries from the chunk on in this slice
+        for (int j = nxt[r]; j < end[r]; j += EC) {
+          int2 e[EC];
+          float xv[EC][NB * 4];
+          load_chunk(e, j, end[r]);
+          load_xs(xv, e);
+          fma_chunk(ea, e, xv);
+          if (e[EC - 1].x >= khi) break;  // the rest of the row is past this CTA's slice
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
+    }
+#endif
   } else {
     const int g0 = sidx * KGS + warp * KGW;
     const size_t rstride = (size_t)KG * 96;
