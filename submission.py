@@ -377,37 +377,20 @@ __device__ __forceinline__ void sum_warps(float4 (&res)[J], const float4 (&red)[
 
 // One 64-wide group of one row block: decode its 4 fragments from the A0, A1, B units and run them
 // against the token blocks' x (xa: k 0..31 of the group, xb: k 32..63), 4 NB mma.
-template <int NB, typename Patch>
+template <int NB>
 __device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)[3], const uint4 (&xa)[NB],
-                                           const uint4 (&xb)[NB], uint32_t TL, uint32_t TH, Patch&& patch) {
-  uint4 f[4];
-  f[0] = decz(z[0].x, z[0].y, z[2].x, TL, TH);
-  f[1] = decz(z[0].z, z[0].w, z[2].y, TL, TH);
-  f[2] = decz(z[1].x, z[1].y, z[2].z, TL, TH);
-  f[3] = decz(z[1].z, z[1].w, z[2].w, TL, TH);
-  patch(f);  // the lane's exceptions of this group (gemvz_kernel), W's own bits over the decoded value
+                                           const uint4 (&xb)[NB], uint32_t TL, uint32_t TH) {
+  const uint4 f0 = decz(z[0].x, z[0].y, z[2].x, TL, TH);
+  const uint4 f1 = decz(z[0].z, z[0].w, z[2].y, TL, TH);
+  const uint4 f2 = decz(z[1].x, z[1].y, z[2].z, TL, TH);
+  const uint4 f3 = decz(z[1].z, z[1].w, z[2].w, TL, TH);
 #pragma unroll
   for (int nb = 0; nb < NB; nb++) {
-    mma16816(acc[nb], f[0], xa[nb].x, xa[nb].y);
-    mma16816(acc[nb], f[1], xa[nb].z, xa[nb].w);
-    mma16816(acc[nb], f[2], xb[nb].x, xb[nb].y);
-    mma16816(acc[nb], f[3], xb[nb].z, xb[nb].w);
+    mma16816(acc[nb], f0, xa[nb].x, xa[nb].y);
+    mma16816(acc[nb], f1, xa[nb].z, xa[nb].w);
+    mma16816(acc[nb], f2, xb[nb].x, xb[nb].y);
+    mma16816(acc[nb], f3, xb[nb].z, xb[nb].w);
   }
-}
-
-// One lane's patch into word r = fragment * 4 + word (0..15) of a group's four fragments: a branch to the one word
-// (a switch: the other fifteen are not touched, and only the lanes that own a patch run it).
-__device__ __forceinline__ void patch_group(uint4 (&f)[4], int r, uint32_t hm, uint32_t val) {
-#define MUSE_PATCH(J, W, F) \
-  case J * 4 + W: f[J].F = (f[J].F & ~hm) | (val & hm); break;
-  switch (r) {
-    MUSE_PATCH(0, 0, x) MUSE_PATCH(0, 1, y) MUSE_PATCH(0, 2, z) MUSE_PATCH(0, 3, w)
-    MUSE_PATCH(1, 0, x) MUSE_PATCH(1, 1, y) MUSE_PATCH(1, 2, z) MUSE_PATCH(1, 3, w)
-    MUSE_PATCH(2, 0, x) MUSE_PATCH(2, 1, y) MUSE_PATCH(2, 2, z) MUSE_PATCH(2, 3, w)
-    MUSE_PATCH(3, 0, x) MUSE_PATCH(3, 1, y) MUSE_PATCH(3, 2, z) MUSE_PATCH(3, 3, w)
-    default: break;
-  }
-#undef MUSE_PATCH
 }
 
 // The CTA's C fragments after the warp reduction: P = R * NB * 32 positions p = (r * NB + nb) * 32 + lane
@@ -757,13 +740,8 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
 // An out-of-window weight decodes to a fixed in-window value v (+0 when the window holds zero);
 // prepare verified fl32(v + correction) == W for every one of them. dbg & 1 skips the corrections.
 // Lab: labs/lab3_compress.py (format, decz, the kernel in miniature).
-#ifdef MUSE_EXC_WARP  // session 4-11's exception warp, for the A/B against the patches (NOTES.md, session 12)
-#define GEMVZ_WARPS(NW) ((NW) + 1)
-#else
-#define GEMVZ_WARPS(NW) (NW)
-#endif
 template <int NW, int UG, int NB, int R, int PIPE>
-__global__ void __launch_bounds__(GEMVZ_WARPS(NW) * 32, MIN_BLOCKS(PIPE))
+__global__ void __launch_bounds__((NW + 1) * 32, MIN_BLOCKS(PIPE))
 gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int* __restrict__ eptr,
              const int2* __restrict__ esc, bf16* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem,
              int M, int N, int K, int S, uint32_t TL, uint32_t TH, int dbg, int pf, int cl) {
@@ -779,11 +757,9 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   const int rg = blockIdx.x, sidx = blockIdx.y;
   const int KG = K / 64, KGS = KG / S, KGW = KGS / NW;
   __shared__ float4 red[NW][P];
-#ifdef MUSE_EXC_WARP
   __shared__ float ecorr[R * 16][NB * 8 + 1];  // +1: the 16 rows of a block land in 16 different banks
 
   if (warp == NW) {
-#ifdef MUSE_EXC_OLD
     const int rl = lane & 15, p = lane >> 4;
     const int klo = sidx * KGS * 64, khi = klo + KGS * 64;
     int beg[R], end[R];
@@ -831,76 +807,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #pragma unroll
       for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
     }
-#else
-    const int rl = lane & 15, p = lane >> 4;
-    const int klo = sidx * KGS * 64, khi = klo + KGS * 64;
-    // a chunk: entries j .. j+EC-1 of the row (past its end: {khi, 0}, which no test below takes)
-    auto load_chunk = [&](int2 (&e)[EC], int j, int end) {
-#pragma unroll
-      for (int c = 0; c < EC; c++) e[c] = j + c < end ? __ldg(esc + j + c) : make_int2(khi, 0);
-    };
-    auto load_xs = [&](float (&xv)[EC][NB * 4], const int2 (&e)[EC]) {
-#pragma unroll
-      for (int c = 0; c < EC; c++)
-#pragma unroll
-        for (int q = 0; q < NB * 4; q++) {
-          const int tok = p + 2 * q;
-          xv[c][q] = e[c].x >= klo && e[c].x < khi && tok < M ? __bfloat162float(x[(size_t)tok * K + e[c].x]) : 0.f;
-        }
-    };
-    auto fma_chunk = [&](float (&ea)[NB * 4], const int2 (&e)[EC], const float (&xv)[EC][NB * 4]) {
-#pragma unroll
-      for (int c = 0; c < EC; c++)
-        if (e[c].x >= klo && e[c].x < khi) {
-          const float d = __int_as_float(e[c].y);
-#pragma unroll
-          for (int q = 0; q < NB * 4; q++) ea[q] += d * xv[c][q];  // tok >= M: never stored
-        }
-    };
-    // Before the wait (the table is constant after prepare): each row block's first chunk that is not wholly
-    // below this CTA's K slice, in registers.
-    int2 e0[R][EC];
-    int nxt[R], end[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      const int row = (rg * R + r) * 16 + rl;
-      int j = __ldg(eptr + row);
-      end[r] = (dbg & 1) ? j : __ldg(eptr + row + 1);
-      load_chunk(e0[r], j, end[r]);
-      while (e0[r][EC - 1].x < klo) {  // k ascending: the whole chunk is below the slice
-        j += EC;
-        load_chunk(e0[r], j, end[r]);
-      }
-      nxt[r] = j + EC;
-    }
-    pdl_wait();
-    // After it: the x values of all R first chunks in flight at once (one round trip), then the FMAs in k order.
-    float xv0[R][EC][NB * 4];
-#pragma unroll
-    for (int r = 0; r < R; r++) load_xs(xv0[r], e0[r]);
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      float ea[NB * 4];
-#pragma unroll
-      for (int q = 0; q < NB * 4; q++) ea[q] = 0.f;
-      fma_chunk(ea, e0[r], xv0[r]);
-      if (e0[r][EC - 1].x < khi) {  // rare: the row has more than EC entries from the chunk on in this slice
-        for (int j = nxt[r]; j < end[r]; j += EC) {
-          int2 e[EC];
-          float xv[EC][NB * 4];
-          load_chunk(e, j, end[r]);
-          load_xs(xv, e);
-          fma_chunk(ea, e, xv);
-          if (e[EC - 1].x >= khi) break;  // the rest of the row is past this CTA's slice
-        }
-      }
-#pragma unroll
-      for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
-    }
-#endif
-  } else
-#endif
-  {
+  } else {
     const int g0 = sidx * KGS + warp * KGW;
     const size_t rstride = (size_t)KG * 96;
     const uint4* wp = w + ((size_t)rg * R * KG + g0) * 96 + lane;
@@ -910,40 +817,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
     }
     uint4 z[UG][R][3];
     load_zbatch<UG, R>(z, wp, rstride, 0);
-#ifndef MUSE_EXC_WARP
-    // this lane's patches for each row block r (patch_table: {G << 5 | fragment << 3 | word << 1 | half, W's bf16
-    // bits}, group G ascending), the next two in registers; read before the wait (constant after prepare)
-    const int2 none = make_int2(0x7fffffff, 0);  // G = none.x >> 5: past every group
-    int2 pe0[R], pe1[R];
-    int pnx[R], pend[R];
-    auto padvance = [&](int r) {
-      pe0[r] = pe1[r];
-      pe1[r] = pnx[r] < pend[r] ? __ldg(esc + pnx[r]) : none;
-      pnx[r]++;
-    };
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      const int li = (rg * R + r) * 32 + lane;
-      pnx[r] = __ldg(eptr + li);
-      pend[r] = (dbg & 1) ? pnx[r] : __ldg(eptr + li + 1);  // dbg & 1: no patches
-      pe1[r] = none;
-      padvance(r);
-      padvance(r);
-      while ((pe0[r].x >> 5) < g0) padvance(r);             // patches before this warp's groups
-    }
-    // group G of row block r: the lane writes each of its patches there over the decoded word (patch_group)
-    auto patches = [&](int r, int G) {
-      return [&, r, G](uint4 (&f)[4]) {
-        while ((pe0[r].x >> 5) == G) {
-          const uint32_t hm = (pe0[r].x & 1) ? 0xFFFF0000u : 0x0000FFFFu;
-          patch_group(f, (pe0[r].x >> 1) & 15, hm, ((uint32_t)pe0[r].y & 0xFFFFu) * 0x00010001u);
-          padvance(r);
-        }
-      };
-    };
-#else
-    auto patches = [](int, int) { return [](uint4 (&)[4]) {}; };
-#endif
 #ifndef MUSE_NO_LAND_Z
     {
       uint32_t chk = 0;
@@ -979,7 +852,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
           }
           TR_ARRIVED(i == 0 && u == 0, z[0][0][0].x, xa[0].x)
 #pragma unroll
-          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, TL, TH, patches(r, g0 + i + u));
+          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, TL, TH);
         }
       }
     } else {
@@ -1002,7 +875,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #pragma unroll
         for (int u = 0; u < UG; u++)
 #pragma unroll
-          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], TL, TH, patches(r, g0 + i + u));
+          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], TL, TH);
 #pragma unroll
         for (int u = 0; u < UG; u++)
 #pragma unroll
@@ -1022,12 +895,11 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         red[warp][(r * NB + nb) * 32 + lane] = make_float4(acc[r][nb][0], acc[r][nb][1], acc[r][nb][2], acc[r][nb][3]);
     TR_C(2)
   }
-  __syncthreads();  // red (and with the exception warp, ecorr) complete after this one barrier
+  __syncthreads();  // red and ecorr are both complete after this one barrier
   TR_C(3)
 
-  float4 res[J];
+  float4 res[J];  // threads of the exception warp (tid >= NT) hold no position
   sum_warps<NW, P, NT, J>(res, red);
-#ifdef MUSE_EXC_WARP
 #pragma unroll
   for (int j = 0; j < J; j++) {
     const int p = tid + j * NT;
@@ -1039,8 +911,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       res[j].w += ecorr[r * 16 + pg + 8][nbo * 8 + 2 * pt + 1];
     }
   }
-#endif
-  combine_store<false, GEMVZ_WARPS(NW) != NW, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
+  combine_store<false, true, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
 
 // ---- unpackz_kernel: decode the whole 12-bit stream back to bf16 [N, K] ---------------------------
@@ -1375,6 +1246,21 @@ __host__ __device__ constexpr size_t gemvtz_smem(int NW, int ST, int NB, int KA,
   return 1024 + (size_t)ST * KA * (8 * NB * 128 + NW / 4 * 6144) + (cl ? (size_t)(S - 1) * NW * NB * 32 * 16 : 0);
 }
 
+// One lane's patch into word r = fragment * 4 + word (0..15) of a group's four fragments: a branch to the one word
+// (a switch: the other fifteen are not touched, and only the lanes that own a patch run it).
+__device__ __forceinline__ void patch_group(uint4 (&f)[4], int r, uint32_t hm, uint32_t val) {
+#define MUSE_PATCH(J, W, F) \
+  case J * 4 + W: f[J].F = (f[J].F & ~hm) | (val & hm); break;
+  switch (r) {
+    MUSE_PATCH(0, 0, x) MUSE_PATCH(0, 1, y) MUSE_PATCH(0, 2, z) MUSE_PATCH(0, 3, w)
+    MUSE_PATCH(1, 0, x) MUSE_PATCH(1, 1, y) MUSE_PATCH(1, 2, z) MUSE_PATCH(1, 3, w)
+    MUSE_PATCH(2, 0, x) MUSE_PATCH(2, 1, y) MUSE_PATCH(2, 2, z) MUSE_PATCH(2, 3, w)
+    MUSE_PATCH(3, 0, x) MUSE_PATCH(3, 1, y) MUSE_PATCH(3, 2, z) MUSE_PATCH(3, 3, w)
+    default: break;
+  }
+#undef MUSE_PATCH
+}
+
 template <int NW, int ST, int NB, int KA>
 __global__ void __launch_bounds__((NW + 1) * 32, 1)
 gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMap tx, const bf16* __restrict__ x,
@@ -1653,7 +1539,7 @@ static int launch_gemvz(const void* x, const void* w, const void* eptr, const vo
                       cl ? S : 1, gemvtz_smem(NW, U, NB, R, S, cl), co, (const uint8_t*)w, tx, (const bf16*)x,
                       (const int*)eptr, (const int2*)esc, (bf16*)out, (float4*)ws, (int*)sem, M, N, K, S, TL, TH, dbg, cl);
   } else {
-    return launch_pdl(gemvz_kernel<NW, U, NB, R, P>, dim3(N / (16 * R), S), dim3(GEMVZ_WARPS(NW) * 32), st, pdl, cl ? S : 1,
+    return launch_pdl(gemvz_kernel<NW, U, NB, R, P>, dim3(N / (16 * R), S), dim3((NW + 1) * 32), st, pdl, cl ? S : 1,
                       cl ? (size_t)(S - 1) * R * NB * 32 * 16 : 0, co, (const bf16*)x, (const uint4*)w,
                       (const int*)eptr, (const int2*)esc, (bf16*)out, (float4*)ws, (int*)sem, M, N, K, S, TL, TH, dbg,
                       pf, cl);
@@ -1749,10 +1635,6 @@ int gemv_attrs(int NW, int U, int NB, int R, bool dual, int P, int* res) {
   return -1;
 }
 
-// 1 when gemvz_kernel was built with session 4-11's exception warp (MUSE_EXC_WARP: it reads the row CSR eptr /
-// esc), 0 when its lanes patch their exceptions (patch_table's pptr / pesc). The A/B of session 12 only.
-int gemvz_exception_warp() { return GEMVZ_WARPS(1) - 1; }
-
 int gemvz_attrs(int NW, int UG, int NB, int R, int P, int* res) {
 #define ATTRS_Z3(NW_, U_, NB_, R_, P_)                                \
   if (NW == NW_ && UG == U_ && NB == NB_ && R == R_ && P == P_)        \
@@ -1782,7 +1664,6 @@ int gemvz_dispatch(const void* x, const void* w, const void* eptr, const void* e
                    int pf, int cl, int co, bool pdl, cudaStream_t st);
 int gemv_attrs(int NW, int U, int NB, int R, bool dual, int P, int* res);
 int gemvz_attrs(int NW, int UG, int NB, int R, int P, int* res);
-int gemvz_exception_warp();
 int unpackz_launch(const void* w, void* out, int N, int K, uint32_t TL, uint32_t TH, cudaStream_t st);
 
 static void check_rc(int rc, const std::string& what) {
@@ -1847,7 +1728,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemv_attrs", &gemv_attrs_py, "registers/spill/smem/threads of a compiled gemv config; [] if absent");
   m.def("gemvz_attrs", &gemvz_attrs_py, "registers/spill/smem/threads of a compiled gemvz config; [] if absent");
   m.def("unpackz", &unpackz, "decode a 12-bit stream to bf16 [N, K] (prepare's check)");
-  m.def("gemvz_exception_warp", &gemvz_exception_warp, "1: gemvz_kernel reads the row CSR (MUSE_EXC_WARP); 0: patches");
 }
 """
 
@@ -1995,7 +1875,7 @@ def split_hi_lo(w32):
 # ===================================================================================================
 ZSIGN_BIT = (7, 15, 23, 31, 3, 11, 19, 27)   # code-word bit that holds the sign of fragment element j
 
-# pptr / pesc: the exceptions as the compressed kernels' per-lane patches (patch_table)
+# pptr / pesc (pack_tz only): the exceptions as gemvtz_kernel's patches (patch_table)
 ZPack = collections.namedtuple("ZPack", "stream eptr esc capr window TL TH mode n_exc exc_cols pptr pesc",
                                defaults=(None, None))
 
@@ -2586,7 +2466,7 @@ class Layer:
         """Weight bytes one call at this m streams from memory (what the kernel really reads)."""
         p = self.plan(m)
         if p.path == "compressed":
-            return self.z.stream.numel() + 8 * self.z.n_exc + 4 * self.z.pptr.numel()   # stream + patch table
+            return self.z.stream.numel() + 8 * self.z.n_exc + 4 * (self.N + 1)
         if p.path in ("plain", "triton"):
             return 2 * self.N * self.K * (2 if self.dual else 1)
         return self.weight.numel() * self.weight.element_size()
@@ -2797,8 +2677,7 @@ def _compress_verified(w):
     bad = verify_z(w, z)
     if bad:
         raise _NoCompression(f"decode check failed on the GPU: {bad}")
-    pptr, pesc = patch_table(w, z.eptr, z.esc, z.n_exc, kpos=tma_kperm(64).to(w.device))
-    return z._replace(pptr=pptr, pesc=pesc)
+    return z
 
 
 def verify_z(w, z):
@@ -2874,14 +2753,12 @@ def pack_tz(w):
     return z._replace(stream=tiles, esc=esc, exc_cols=exc_cols, pptr=pptr, pesc=pesc)
 
 
-def patch_table(w, eptr, esc, n, kpos=None):
-    """The exceptions as the compressed kernels' lanes patch them into their fragments. Element (row r of 16-row
-    block b, fragment column kk of 64-group G) is held by lane L = (r & 7) * 4 + (kk & 7) / 2 of block b's warp, in
-    fragment f = kk >> 4, word d = (r >> 3) + 2 ((kk >> 3) & 1), half h = kk & 1 (mma16816's A layout). Lane list
-    b * 32 + L is pesc[pptr[b * 32 + L] .. pptr[b * 32 + L + 1]): int32 pairs {G << 5 | f << 3 | d << 1 | h, W's bf16
-    bits}, G ascending. w: W [N, K] bf16; eptr / esc: its row CSR with natural k. kpos [64]: the fragment column kk of
-    natural column k & 63 (gemvz_kernel, whose stream is pack_z(W): tma_kperm's 64-group permutation); None: kk is the
-    natural column (gemvtz_kernel: pack_tz permuted W's columns so that they coincide). Returns
+def patch_table(w, eptr, esc, n):
+    """The exceptions as gemvtz_kernel's lanes patch them into their fragments. Element (row r of 16-row block b,
+    column kk of 64-group G) is held by lane L = (r & 7) * 4 + (kk & 7) / 2 of block b's warp, in fragment
+    f = kk >> 4, word d = (r >> 3) + 2 ((kk >> 3) & 1), half h = kk & 1 (mma16816's A layout). Lane list b * 32 + L is
+    pesc[pptr[b * 32 + L] .. pptr[b * 32 + L + 1]): int32 pairs {G << 5 | f << 3 | d << 1 | h, W's bf16 bits},
+    G ascending. w: W [N, K] bf16; eptr / esc: its row CSR with natural k (pack_tz's). Returns
     (pptr int32 [N/16 * 32 + 1], pesc int32 [max(n, 1), 2])."""
     N, K = w.shape
     dev = w.device
@@ -2890,7 +2767,7 @@ def patch_table(w, eptr, esc, n, kpos=None):
     if n:
         rows = torch.arange(N, device=dev).repeat_interleave((eptr[1:] - eptr[:-1]).long())
         k = esc[:n, 0].long()
-        r, kk, G = rows % 16, (k % 64 if kpos is None else kpos[k % 64]), k // 64
+        r, kk, G = rows % 16, k % 64, k // 64
         lane = (rows // 16) * 32 + ((r & 7) << 2 | (kk & 7) >> 1)
         sel = (kk >> 4) << 3 | ((r >> 3) | ((kk >> 3) & 1) << 1) << 1 | (kk & 1)
         order = torch.argsort((lane * (K // 64) + G) * 32 + sel)
@@ -2945,9 +2822,7 @@ def kernel_fn(x, layer, out=None):
                   layer.dual, c.pipe, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
     else:
         z = layer.zt if c.pipe == 6 else layer.z          # PIPE 6 (TMA): pack_tz's tiles and patch table
-        # both read the exceptions as per-lane patches (patch_table); the A/B build with session 4-11's exception
-        # warp (MUSE_EXC_WARP) reads the row CSR
-        eptr, esc = (z.eptr, z.esc) if c.pipe != 6 and _EXT.gemvz_exception_warp() else (z.pptr, z.pesc)
+        eptr, esc = (z.pptr, z.pesc) if c.pipe == 6 else (z.eptr, z.esc)
         _EXT.gemvz(x, z.stream, eptr, esc, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.ug, c.r,
                    nb_of(m), c.pipe, z.TL, z.TH, layer.dbg, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
     return out
