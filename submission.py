@@ -772,13 +772,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         asm volatile("prefetch.global.L1 [%0];" ::"l"(esc + beg[r]));
     }
     pdl_wait();
-#ifndef MUSE_EXC_EARLY
-    // M > 1: walk once the streaming warps are through their last trip (they arrive at barrier 1 without waiting),
-    // when the x lines of the whole slice are in L1. Walking right after the wait, the scattered requests missed L1
-    // while the stream started, and cost o_proj m=8 0.35-0.45 us (NOTES.md, session 12). Token 0's lines (M = 1)
-    // are in L1 at once: that walk stays early.
-    if (M > 1) asm volatile("bar.sync 1, %0;" ::"n"((NW + 1) * 32) : "memory");
-#endif
 #pragma unroll
     for (int r = 0; r < R; r++) {
       float ea[NB * 4];
@@ -900,9 +893,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #pragma unroll
       for (int nb = 0; nb < NB; nb++)
         red[warp][(r * NB + nb) * 32 + lane] = make_float4(acc[r][nb][0], acc[r][nb][1], acc[r][nb][2], acc[r][nb][3]);
-#ifndef MUSE_EXC_EARLY
-    if (M > 1) asm volatile("bar.arrive 1, %0;" ::"n"((NW + 1) * 32) : "memory");  // the exception warp may walk now
-#endif
     TR_C(2)
   }
   __syncthreads();  // red and ecorr are both complete after this one barrier
