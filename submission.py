@@ -190,6 +190,22 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
 // x is read by every CTA of the launch: the cached read-only path (L1 + L2), 16 bytes = 8 tokens' k.
 __device__ __forceinline__ uint4 ld_x(const bf16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
+// One x value for the exception warp. A/B of session 12: MUSE_EXC_NA does not allocate it in L1, MUSE_EXC_CG
+// reads it from L2 only (the streaming warps' own x lines are then not partly filled by these scattered reads).
+__device__ __forceinline__ bf16 ld_exc_x(const bf16* p) {
+#if defined(MUSE_EXC_NA)
+  unsigned short v;
+  asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  return __ushort_as_bfloat16(v);
+#elif defined(MUSE_EXC_CG)
+  unsigned short v;
+  asm("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  return __ushort_as_bfloat16(v);
+#else
+  return *p;
+#endif
+}
+
 // D += A.B on the tensor cores: A = 16 weight rows x 16 k (8 bf16 per lane), B = 16 k x 8 tokens.
 __device__ __forceinline__ void mma16816(float (&d)[4], uint4 a, uint32_t b0, uint32_t b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
@@ -792,7 +808,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #pragma unroll
             for (int q = 0; q < NB * 4; q++) {
               const int tok = p + 2 * q;
-              xv[c][q] = use[c] && tok < M ? __bfloat162float(x[(size_t)tok * K + e[c].x]) : 0.f;
+              xv[c][q] = use[c] && tok < M ? __bfloat162float(ld_exc_x(x + (size_t)tok * K + e[c].x)) : 0.f;
             }
 #pragma unroll
           for (int c = 0; c < EC; c++)
