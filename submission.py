@@ -190,22 +190,6 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
 // x is read by every CTA of the launch: the cached read-only path (L1 + L2), 16 bytes = 8 tokens' k.
 __device__ __forceinline__ uint4 ld_x(const bf16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
-// One x value for the exception warp. A/B of session 12: MUSE_EXC_NA does not allocate it in L1, MUSE_EXC_CG
-// reads it from L2 only (the streaming warps' own x lines are then not partly filled by these scattered reads).
-__device__ __forceinline__ bf16 ld_exc_x(const bf16* p) {
-#if defined(MUSE_EXC_NA)
-  unsigned short v;
-  asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
-  return __ushort_as_bfloat16(v);
-#elif defined(MUSE_EXC_CG)
-  unsigned short v;
-  asm("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(p));
-  return __ushort_as_bfloat16(v);
-#else
-  return *p;
-#endif
-}
-
 // D += A.B on the tensor cores: A = 16 weight rows x 16 k (8 bf16 per lane), B = 16 k x 8 tokens.
 __device__ __forceinline__ void mma16816(float (&d)[4], uint4 a, uint32_t b0, uint32_t b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
@@ -787,6 +771,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       if (!(dbg & 1) && beg[r] < end[r])
         asm volatile("prefetch.global.L1 [%0];" ::"l"(esc + beg[r]));
     }
+#ifdef MUSE_EXC_OLD
     pdl_wait();
 #pragma unroll
     for (int r = 0; r < R; r++) {
@@ -808,7 +793,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #pragma unroll
             for (int q = 0; q < NB * 4; q++) {
               const int tok = p + 2 * q;
-              xv[c][q] = use[c] && tok < M ? __bfloat162float(ld_exc_x(x + (size_t)tok * K + e[c].x)) : 0.f;
+              xv[c][q] = use[c] && tok < M ? __bfloat162float(x[(size_t)tok * K + e[c].x]) : 0.f;
             }
 #pragma unroll
           for (int c = 0; c < EC; c++)
@@ -823,6 +808,53 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #pragma unroll
       for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
     }
+#else
+    pdl_wait();
+    // a chunk: entries j .. j+EC-1 of the row (past its end: {khi, 0}, which no test below takes), then their x
+    auto load_chunk = [&](int2 (&e)[EC], float (&xv)[EC][NB * 4], int j, int end) {
+#pragma unroll
+      for (int c = 0; c < EC; c++) e[c] = j + c < end ? __ldg(esc + j + c) : make_int2(khi, 0);
+#pragma unroll
+      for (int c = 0; c < EC; c++)
+#pragma unroll
+        for (int q = 0; q < NB * 4; q++) {
+          const int tok = p + 2 * q;
+          xv[c][q] = e[c].x >= klo && e[c].x < khi && tok < M ? __bfloat162float(x[(size_t)tok * K + e[c].x]) : 0.f;
+        }
+    };
+    auto fma_chunk = [&](float (&ea)[NB * 4], const int2 (&e)[EC], const float (&xv)[EC][NB * 4]) {
+#pragma unroll
+      for (int c = 0; c < EC; c++)
+        if (e[c].x >= klo && e[c].x < khi) {
+          const float d = __int_as_float(e[c].y);
+#pragma unroll
+          for (int q = 0; q < NB * 4; q++) ea[q] += d * xv[c][q];  // tok >= M: never stored
+        }
+    };
+    // the first chunk of every row block at once: one round trip for its x, not one per block
+    int2 e0[R][EC];
+    float xv0[R][EC][NB * 4];
+#pragma unroll
+    for (int r = 0; r < R; r++) load_chunk(e0[r], xv0[r], beg[r], (dbg & 1) ? beg[r] : end[r]);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      float ea[NB * 4];
+#pragma unroll
+      for (int q = 0; q < NB * 4; q++) ea[q] = 0.f;
+      fma_chunk(ea, e0[r], xv0[r]);
+      if (e0[r][EC - 1].x < khi) {  // the row may go on in this CTA's slice: the rest, a chunk at a time
+        for (int j = beg[r] + EC; j < end[r]; j += EC) {
+          int2 e[EC];
+          float xv[EC][NB * 4];
+          load_chunk(e, xv, j, end[r]);
+          fma_chunk(ea, e, xv);
+          if (e[EC - 1].x >= khi) break;  // k ascending: the rest of the row is past this CTA's slice
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
+    }
+#endif
   } else {
     const int g0 = sidx * KGS + warp * KGW;
     const size_t rstride = (size_t)KG * 96;
