@@ -771,7 +771,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       if (!(dbg & 1) && beg[r] < end[r])
         asm volatile("prefetch.global.L1 [%0];" ::"l"(esc + beg[r]));
     }
-#ifdef MUSE_EXC_OLD
     pdl_wait();
 #pragma unroll
     for (int r = 0; r < R; r++) {
@@ -808,53 +807,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #pragma unroll
       for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
     }
-#else
-    pdl_wait();
-    // a chunk: entries j .. j+EC-1 of the row (past its end: {khi, 0}, which no test below takes), then their x
-    auto load_chunk = [&](int2 (&e)[EC], float (&xv)[EC][NB * 4], int j, int end) {
-#pragma unroll
-      for (int c = 0; c < EC; c++) e[c] = j + c < end ? __ldg(esc + j + c) : make_int2(khi, 0);
-#pragma unroll
-      for (int c = 0; c < EC; c++)
-#pragma unroll
-        for (int q = 0; q < NB * 4; q++) {
-          const int tok = p + 2 * q;
-          xv[c][q] = e[c].x >= klo && e[c].x < khi && tok < M ? __bfloat162float(x[(size_t)tok * K + e[c].x]) : 0.f;
-        }
-    };
-    auto fma_chunk = [&](float (&ea)[NB * 4], const int2 (&e)[EC], const float (&xv)[EC][NB * 4]) {
-#pragma unroll
-      for (int c = 0; c < EC; c++)
-        if (e[c].x >= klo && e[c].x < khi) {
-          const float d = __int_as_float(e[c].y);
-#pragma unroll
-          for (int q = 0; q < NB * 4; q++) ea[q] += d * xv[c][q];  // tok >= M: never stored
-        }
-    };
-    // the first chunk of every row block at once: one round trip for its x, not one per block
-    int2 e0[R][EC];
-    float xv0[R][EC][NB * 4];
-#pragma unroll
-    for (int r = 0; r < R; r++) load_chunk(e0[r], xv0[r], beg[r], (dbg & 1) ? beg[r] : end[r]);
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      float ea[NB * 4];
-#pragma unroll
-      for (int q = 0; q < NB * 4; q++) ea[q] = 0.f;
-      fma_chunk(ea, e0[r], xv0[r]);
-      if (e0[r][EC - 1].x < khi) {  // the row may go on in this CTA's slice: the rest, a chunk at a time
-        for (int j = beg[r] + EC; j < end[r]; j += EC) {
-          int2 e[EC];
-          float xv[EC][NB * 4];
-          load_chunk(e, xv, j, end[r]);
-          fma_chunk(ea, e, xv);
-          if (e[EC - 1].x >= khi) break;  // k ascending: the rest of the row is past this CTA's slice
-        }
-      }
-#pragma unroll
-      for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
-    }
-#endif
   } else {
     const int g0 = sidx * KGS + warp * KGW;
     const size_t rstride = (size_t)KG * 96;
