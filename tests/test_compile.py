@@ -169,3 +169,28 @@ def test_tz_probe_variants_compile_without_spills(tmp_path):
         assert r.returncode == 0, (v, r.stderr[-3000:])
         assert len(re.findall(r"Compiling entry function '\w*gemvtz_kernel", r.stderr)) == 2, (v, r.stderr[-3000:])
         assert set(re.findall(r"(\d+) bytes spill stores", r.stderr)) == {"0"}, (v, r.stderr[-3000:])
+
+
+@needs_nvcc
+def test_sass_tool_disassembles_and_finds_both_waits_of_gemvz():
+    # tools/sass.py: SASS on a CPU machine through the cuobjdump in triton's wheel. gemvz_kernel has two
+    # griddepcontrol.wait (ACQBULK): the streaming warps' and the exception warp's; the walk's x loads are counted
+    import pathlib
+    import sys
+    pytest.importorskip("triton")
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
+    import sass
+    code = sass.sass_of(submission.KERNEL_SRC, [("gemvz", (8, 1, 1, 2, 5))])
+    (name,) = [k for k in code if "gemvz_kernel" in k]
+    c = sass.counts(code[name])
+    assert c["instructions"] > 500 and c["ldg"] > 0
+    assert len(c["acqbulk"]) == 2, c["acqbulk"]
+    text = sass.summary(name, code[name])
+    assert "exception warp (its wait .. the next BAR.SYNC)" in text
+    # a source change shows in the counts: without the exception warp's esc prefetch there is no CCTL before its wait
+    changed = submission.KERNEL_SRC.replace('asm volatile("prefetch.global.L1 [%0];" ::"l"(esc + beg[r]));', ";")
+    assert changed != submission.KERNEL_SRC
+    code2 = sass.sass_of(changed, [("gemvz", (8, 1, 1, 2, 5))])
+    before = lambda lines: sum(1 for l in lines[:sass.counts(lines)["acqbulk"][1]] if "CCTL" in l)
+    assert before(code[name]) >= 1
+    assert before(code2[name]) == 0

@@ -1,0 +1,134 @@
+"""The machine code (SASS) of kernel instantiations, on a CPU machine: nvcc compiles them as tune.py's builder does
+(same renaming and flags as the shipped build), and the cuobjdump that ships inside the triton wheel
+(triton/backends/nvidia/bin, CUDA 12.8's, which reads sm_90a cubins) disassembles them.
+
+    python tools/sass.py gemvz:8,1,1,2,5                       # summary of the working tree's kernel
+    python tools/sass.py --rev d98fa46 --define MUSE_EXC_OLD gemvz:8,1,1,2,5 --out /tmp/k.sass
+
+For each kernel asked for: instructions, global loads (and how many are predicated rather than branched around),
+branches, barriers, and the position of every griddepcontrol.wait (ACQBULK). For gemvz_kernel also the exception
+warp's part: from its griddepcontrol.wait (the second ACQBULK) to the first BAR.SYNC after it.
+The instantiations are compiled in one file with the tables' own (C3 / Z3 lines), as the shipped extension and
+tools/same_code.py compile them: the same template compiled in another company comes out a few instructions
+different (Z(8,1,1,2,5): 1392 alone, 1400 beside Z(8,1,1,1,0)). --alone compiles only the ones asked for (faster).
+
+Why: session 12 timed five rewrites of gemvz's exception walk and all lost, by up to 1.8 us, although they issue
+the same loads; their code differs from the shipped walk's in shape (about 1100 instructions and 22-32 branches
+around the x loads, against 479 and 4, every x load predicated). Read the code before spending device time.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+os.environ.setdefault("MUSE_BUILD", "0")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import submission as sub  # noqa: E402
+import tune  # noqa: E402
+import same_code  # noqa: E402
+
+
+def cuobjdump():
+    """Path of triton's cuobjdump; SystemExit naming what is missing."""
+    try:
+        import triton
+    except ImportError:
+        raise SystemExit("[sass] needs the triton package (its wheel carries cuobjdump): pip install triton==3.6.0")
+    p = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.access(p, os.X_OK):
+        raise SystemExit(f"[sass] no cuobjdump at {p}")
+    return p
+
+
+def sass_of(kernel_src, insts):
+    """{kernel name: [SASS lines]} of kernel_src compiled with insts ((kind, args) as same_code's)."""
+    saved = sub.KERNEL_SRC
+    sub.KERNEL_SRC = kernel_src
+    try:
+        src = tune.tune_sources(insts, 1)[0][0]
+    finally:
+        sub.KERNEL_SRC = saved
+    with tempfile.TemporaryDirectory() as d:
+        cu, cubin = os.path.join(d, "k.cu"), os.path.join(d, "k.cubin")
+        with open(cu, "w") as f:
+            f.write(src)
+        r = subprocess.run(["nvcc", *sub.NVCC_FLAGS, "-cubin", "-o", cubin, cu], capture_output=True, text=True)
+        if r.returncode:
+            raise SystemExit(f"[sass] nvcc failed:\n{r.stderr[-3000:]}")
+        r = subprocess.run([cuobjdump(), "-sass", cubin], capture_output=True, text=True)
+        if r.returncode:
+            raise SystemExit(f"[sass] cuobjdump failed:\n{r.stderr[-3000:]}")
+    out, name = {}, None
+    for line in r.stdout.splitlines():
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            name = m.group(1)
+            out[name] = []
+        elif name and re.search(r"/\*[0-9a-f]{4,}\*/", line):
+            out[name].append(re.sub(r"\s*/\* 0x[0-9a-f]+ \*/", "", line).strip())
+    return out
+
+
+def kernel_matches(name, inst):
+    """Does the mangled kernel name belong to instantiation inst? (gemv: NW, U, NB, R, DUAL, PIPE; gemvz: NW, UG,
+    NB, R, PIPE; PIPE 6 is gemvt_kernel / gemvtz_kernel with NW, ST, NB, KA)."""
+    kind, a = inst
+    if kind == "gemvz":
+        base, args = ("gemvtz_kernel", a[:4]) if a[4] == 6 else ("gemvz_kernel", a)
+    else:
+        base, args = ("gemvt_kernel", a[:4]) if a[5] == 6 else ("gemv_kernel", a)
+    tmpl = "".join("Lb1E" if v is True else "Lb0E" if v is False else f"Li{v}E" for v in args)
+    return re.search(r"\d" + base + "I" + tmpl + "E", name) is not None
+
+
+def counts(lines):
+    has = lambda pat: sum(1 for l in lines if re.search(pat, l))
+    return dict(instructions=len(lines), ldg=has(r"\bLDG"), ldg_predicated=has(r"@!?U?P\d+ LDG"), bra=has(r"\bBRA\b"),
+                bar=has(r"\bBAR\."), acqbulk=[i for i, l in enumerate(lines) if "ACQBULK" in l])
+
+
+def summary(name, lines):
+    c = counts(lines)
+    s = (f"{name}: {c['instructions']} instructions, {c['ldg']} LDG ({c['ldg_predicated']} predicated), "
+         f"{c['bra']} BRA, {c['bar']} BAR, griddepcontrol.wait at instruction(s) {c['acqbulk']}")
+    if "gemvz_kernel" in name and len(c["acqbulk"]) >= 2:
+        a = c["acqbulk"][1]
+        b = next((i for i in range(a, len(lines)) if "BAR.SYNC" in lines[i]), len(lines))
+        e = counts(lines[a:b])
+        s += (f"\n    exception warp (its wait .. the next BAR.SYNC): {e['instructions']} instructions, {e['ldg']} LDG "
+              f"({e['ldg_predicated']} predicated), {e['bra']} BRA")
+    return s
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rev", default=None, help="a commit's submission.py instead of the working tree's")
+    ap.add_argument("--define", action="append", default=[], help="a macro prepended to the kernel source")
+    ap.add_argument("--out", default=None, help="write the full SASS of the kernels asked for here")
+    ap.add_argument("--alone", action="store_true", help="compile only the instantiations asked for")
+    ap.add_argument("insts", nargs="+", type=same_code.parse_extra, help="kind:template args, e.g. gemvz:8,1,1,2,5")
+    args = ap.parse_args(argv)
+    src = (same_code.load_version(args.rev) if args.rev else sub).KERNEL_SRC
+    src = "".join(f"#define {n}\n" for n in args.define) + src
+    insts = list(args.insts) if args.alone else sorted(set(same_code.table_insts(src)) | set(args.insts), key=str)
+    code = sass_of(src, insts)
+    kernels = {k: v for k, v in code.items() if any(kernel_matches(k, i) for i in args.insts)}
+    if not kernels:
+        raise SystemExit("[sass] no kernel compiled: check the instantiations")
+    for k, v in kernels.items():
+        print(summary(k, v))
+    if args.out:
+        with open(args.out, "w") as f:
+            for k, v in kernels.items():
+                f.write(f"// {k}\n" + "\n".join(v) + "\n")
+        print(f"[sass] wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
