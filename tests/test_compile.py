@@ -83,6 +83,44 @@ def test_x_ahead_and_tma_pipes_compile_without_spills(tmp_path):
     assert len(re.findall(r"Compiling entry function '\w*gemvt_kernel", r.stderr)) == 3, r.stderr[-3000:]
 
 
+@needs_nvcc
+def test_prepared_exception_walk_variant_compiles_branch_free_without_spills(tmp_path):
+    # MUSE_EXC_PRED (session 12, prepared for the next device session, not timed yet): the tabled gemvz kernels
+    # compile with it, nothing spills, and its exception walk keeps its loads predicated (the point of the variant)
+    import pathlib
+    import sys
+    pytest.importorskip("triton")
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
+    import same_code
+    import sass
+    src = "#define MUSE_EXC_PRED\n" + submission.KERNEL_SRC
+    insts = [i for i in same_code.table_insts(src) if i[0] == "gemvz" and i[1][4] != 6]
+    assert insts
+    import tune
+    (tmp_path / "v.cu").write_text(_with_source(tune, src, insts))
+    r = subprocess.run([NVCC, *submission.NVCC_FLAGS, "-Xptxas", "-v", "-c", str(tmp_path / "v.cu"), "-o",
+                        str(tmp_path / "v.o")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    spills = re.findall(r"(\d+) bytes spill stores", r.stderr)
+    assert len(spills) >= len(insts) and set(spills) == {"0"}, r.stderr[-3000:]
+    code = sass.sass_of(src, [("gemvz", (8, 1, 1, 2, 5))])
+    (name,) = [k for k in code if "gemvz_kernel" in k]
+    lines = code[name]
+    a = sass.counts(lines)["acqbulk"][1]
+    b = next(i for i in range(a, len(lines)) if "BAR.SYNC" in lines[i])
+    part = sass.counts(lines[a:b])
+    assert part["ldg"] >= 40 and part["ldg_predicated"] >= part["ldg"] - 4, part
+
+
+def _with_source(tune, src, insts):
+    saved = submission.KERNEL_SRC
+    submission.KERNEL_SRC = src
+    try:
+        return tune.tune_sources(insts, 1)[0][0]
+    finally:
+        submission.KERNEL_SRC = saved
+
+
 def _pdl_probe():
     import pathlib
     import sys
