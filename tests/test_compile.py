@@ -96,8 +96,7 @@ def test_prepared_exception_walk_variant_compiles_branch_free_without_spills(tmp
     src = "#define MUSE_EXC_PRED\n" + submission.KERNEL_SRC
     insts = [i for i in same_code.table_insts(src) if i[0] == "gemvz" and i[1][4] != 6]
     assert insts
-    import tune
-    (tmp_path / "v.cu").write_text(_with_source(tune, src, insts))
+    (tmp_path / "v.cu").write_text(same_code.tune_source(src, insts))
     r = subprocess.run([NVCC, *submission.NVCC_FLAGS, "-Xptxas", "-v", "-c", str(tmp_path / "v.cu"), "-o",
                         str(tmp_path / "v.o")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -110,15 +109,6 @@ def test_prepared_exception_walk_variant_compiles_branch_free_without_spills(tmp
     b = next(i for i in range(a, len(lines)) if "BAR.SYNC" in lines[i])
     part = sass.counts(lines[a:b])
     assert part["ldg"] >= 40 and part["ldg_predicated"] >= part["ldg"] - 4, part
-
-
-def _with_source(tune, src, insts):
-    saved = submission.KERNEL_SRC
-    submission.KERNEL_SRC = src
-    try:
-        return tune.tune_sources(insts, 1)[0][0]
-    finally:
-        submission.KERNEL_SRC = saved
 
 
 def _pdl_probe():

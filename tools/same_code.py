@@ -63,21 +63,30 @@ def parse_extra(s):
     raise argparse.ArgumentTypeError(f"--extra {s!r}: expected gemv:NW,U,NB,R,DUAL,PIPE or gemvz:NW,UG,NB,R,PIPE")
 
 
-def kernel_text(kernel_src, insts, nvcc_flags, d):
-    """{mangled kernel name: .text bytes} of kernel_src compiled with insts (tune.py's builder: same renaming)."""
+def tune_source(kernel_src, insts):
+    """The .cu file tune.py's builder makes of kernel_src with insts (same renaming as the shipped build's)."""
     saved = sub.KERNEL_SRC
     sub.KERNEL_SRC = kernel_src
     try:
-        src = tune.tune_sources(insts, 1)[0][0]
+        return tune.tune_sources(insts, 1)[0][0]
     finally:
         sub.KERNEL_SRC = saved
+
+
+def build_cubin(kernel_src, insts, nvcc_flags, d, tag="same_code"):
+    """Compile kernel_src with insts to d/k.cubin; returns its path. SystemExit with nvcc's message on failure."""
     cu, cubin = os.path.join(d, "k.cu"), os.path.join(d, "k.cubin")
     with open(cu, "w") as f:
-        f.write(src)
+        f.write(tune_source(kernel_src, insts))
     r = subprocess.run(["nvcc", *nvcc_flags, "-cubin", "-o", cubin, cu], capture_output=True, text=True)
     if r.returncode:
-        raise SystemExit(f"[same_code] nvcc failed:\n{r.stderr[-3000:]}")
-    b = open(cubin, "rb").read()
+        raise SystemExit(f"[{tag}] nvcc failed:\n{r.stderr[-3000:]}")
+    return cubin
+
+
+def kernel_text(kernel_src, insts, nvcc_flags, d):
+    """{mangled kernel name: .text bytes} of kernel_src compiled with insts (tune.py's builder: same renaming)."""
+    b = open(build_cubin(kernel_src, insts, nvcc_flags, d), "rb").read()
     shoff, = struct.unpack_from("<Q", b, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", b, 0x3A)
     secs = [struct.unpack_from("<IIQQQQIIQQ", b, shoff + i * shentsize) for i in range(shnum)]

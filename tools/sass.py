@@ -29,7 +29,6 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import submission as sub  # noqa: E402
-import tune  # noqa: E402
 import same_code  # noqa: E402
 
 
@@ -47,19 +46,8 @@ def cuobjdump():
 
 def sass_of(kernel_src, insts):
     """{kernel name: [SASS lines]} of kernel_src compiled with insts ((kind, args) as same_code's)."""
-    saved = sub.KERNEL_SRC
-    sub.KERNEL_SRC = kernel_src
-    try:
-        src = tune.tune_sources(insts, 1)[0][0]
-    finally:
-        sub.KERNEL_SRC = saved
     with tempfile.TemporaryDirectory() as d:
-        cu, cubin = os.path.join(d, "k.cu"), os.path.join(d, "k.cubin")
-        with open(cu, "w") as f:
-            f.write(src)
-        r = subprocess.run(["nvcc", *sub.NVCC_FLAGS, "-cubin", "-o", cubin, cu], capture_output=True, text=True)
-        if r.returncode:
-            raise SystemExit(f"[sass] nvcc failed:\n{r.stderr[-3000:]}")
+        cubin = same_code.build_cubin(kernel_src, insts, sub.NVCC_FLAGS, d, tag="sass")
         r = subprocess.run([cuobjdump(), "-sass", cubin], capture_output=True, text=True)
         if r.returncode:
             raise SystemExit(f"[sass] cuobjdump failed:\n{r.stderr[-3000:]}")
