@@ -11,10 +11,11 @@ import torch
 import judge
 import submission as S
 
+BF16_LAYERS = [n for n, d in judge.LAYERS.items() if d["dtype"] == "bf16"]   # the ones prepare may compress
+
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 ap.add_argument("--m", type=int, nargs="+", default=[1, 8, 32])
-ap.add_argument("--layers", nargs="+", default=["qkv_gate", "o_proj", "pooler", "unpooler"],
-                choices=["qkv_gate", "o_proj", "pooler", "unpooler"])
+ap.add_argument("--layers", nargs="+", default=BF16_LAYERS, choices=BF16_LAYERS)
 ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds of (with, skipped)")
 args = ap.parse_args()
 
