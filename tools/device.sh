@@ -63,8 +63,9 @@ for st in $stages; do
       cuobjdump -sass "$so" > "$R/sass.txt" 2>&1; grep -c "Function" "$R/sass.txt"; gzip "$R/sass.txt" ;;
     prebuild)
       python3 -c "import submission" > "$R/prebuild.log" 2>&1 &
-      av=(); for v in ${AB_VARIANTS:-}; do [ "$v" = - ] || av+=(--variant "$v"); done
-      [ ${#av[@]} -gt 0 ] && PYTHONPATH=. python3 tools/ab_define.py --build-only "${av[@]}" >> "$R/prebuild.log" 2>&1 &
+      for v in ${AB_VARIANTS:-}; do  # one process per variant: the builds run in parallel
+        [ "$v" = - ] || PYTHONPATH=. python3 tools/ab_define.py --build-only --variant "$v" >> "$R/prebuild.log" 2>&1 &
+      done
       td=(); set -- ${TRACE_CASES:-}; while [ "${1:-}" = --define ]; do td+=(--define "$2"); shift 2; done
       [ -n "${TRACE_CASES:-}" ] && PYTHONPATH=. python3 tools/trace_chain.py --build-only "${td[@]}" >> "$R/prebuild.log" 2>&1 &
       [ -n "${TUNE_ARGS:-}" ] && python3 tune.py --build-only ${TUNE_ARGS} >> "$R/prebuild.log" 2>&1 &
