@@ -190,10 +190,9 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
 // x is read by every CTA of the launch: the cached read-only path (L1 + L2), 16 bytes = 8 tokens' k.
 __device__ __forceinline__ uint4 ld_x(const bf16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
-#ifdef MUSE_EXC_PRED
-// gemvz's exception warp, MUSE_EXC_PRED only: one x value (0 when !on) and one side-table entry (dflt when !on), each
-// a predicated load in the PTX, so no branch goes around it. Both volatile: they stay after pdl_wait, as the
-// shipped walk's do (an entry load before the wait lengthened the warp's chain there in call 4).
+// gemvz's exception warp, R >= 2: one x value (0 when !on) and one side-table entry (dflt when !on), each a
+// predicated load in the PTX, so no branch goes around it. Both volatile: they stay after pdl_wait (an entry load
+// before the wait lengthened the warp's chain in session 12's call 4).
 __device__ __forceinline__ float ld_x1_if(const bf16* p, bool on) {
   unsigned short v = 0;
   asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %2, 0;\n@q ld.global.u16 %0, [%1];\n}" : "+h"(v) : "l"(p), "r"((int)on));
@@ -205,22 +204,6 @@ __device__ __forceinline__ int2 ld_esc_if(const int2* p, bool on, int2 dflt) {
       : "+r"(a), "+r"(b) : "l"(p), "r"((int)on));
   return make_int2(a, b);
 }
-#endif
-
-#ifdef MUSE_EXC_XS
-// gemvz, MUSE_EXC_XS only (session 13, an A/B variant): a streaming lane parks the x fragments it has just used
-// (token tok, 8 k at col and 8 at col + 32 of the CTA's K slice) in shared memory xs[M][XS], for the exception
-// warp's walk after the stream. Rows tok >= M (clamped duplicates) are not stored.
-// Named barrier 1: the streaming warps arrive (no wait) once their x is parked, the exception warp waits for all.
-__device__ __forceinline__ void bar_arrive_named(int id, int n) { asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void bar_sync_named(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void st_xs(bf16* xs, int XS, int M, int tok, int col, uint4 a, uint4 b) {
-  if (tok < M) {
-    *reinterpret_cast<uint4*>(xs + (size_t)tok * XS + col) = a;
-    *reinterpret_cast<uint4*>(xs + (size_t)tok * XS + col + 32) = b;
-  }
-}
-#endif
 
 // D += A.B on the tensor cores: A = 16 weight rows x 16 k (8 bf16 per lane), B = 16 k x 8 tokens.
 __device__ __forceinline__ void mma16816(float (&d)[4], uint4 a, uint32_t b0, uint32_t b1) {
@@ -780,6 +763,11 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   static_assert(PIPE >= 0 && PIPE <= 5, "PIPE is 0..5");
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   constexpr int EC = NB == 4 ? 2 : 4;  // exception chunk: EC entries x NB*4 tokens of x in flight per lane
+#ifdef MUSE_EXC_WALK1
+  constexpr bool PWALK = false;  // A/B: the R = 1 walk at every R (the walk shipped until session 12)
+#else
+  constexpr bool PWALK = R >= 2;  // the exception warp's walk: predicated first chunks of all row blocks at once
+#endif
   extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
   MuseTrace tr_;  // MUSE_TRACE: thread 0's timestamps
   TR_G(0) TR_C(0)
@@ -790,13 +778,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   const int KG = K / 64, KGS = KG / S, KGW = KGS / NW;
   __shared__ float4 red[NW][P];
   __shared__ float ecorr[R * 16][NB * 8 + 1];  // +1: the 16 rows of a block land in 16 different banks
-#ifdef MUSE_EXC_XS
-  // MUSE_EXC_XS (session 13, A/B only): the streaming warps park their x in xs[M][XS] (dynamic shared memory, after
-  // the cluster's cbuf); the exception warp reads its rows' first chunks before the wait and walks after the stream,
-  // with x from xs: no global x load on its path. Named barrier 1 (the streaming warps arrive) starts the walk.
-  bf16* const xs = reinterpret_cast<bf16*>(cbuf + (cl ? (S - 1) * P : 0));
-  const int XS = KGS * 64 + 32;  // +32: rows g and g + 1 of a store phase in different bank halves
-#endif
 
   if (warp == NW) {
     const int rl = lane & 15, p = lane >> 4;
@@ -810,139 +791,90 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       if (!(dbg & 1) && beg[r] < end[r])
         asm volatile("prefetch.global.L1 [%0];" ::"l"(esc + beg[r]));
     }
-#ifdef MUSE_EXC_XS
-    int2 e0[R][EC];  // each row block's first chunk, read before the wait (the table is constant)
-    int xbeg[R], xend[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      xbeg[r] = beg[r];
-      xend[r] = (dbg & 1) ? beg[r] : end[r];
-#pragma unroll
-      for (int c = 0; c < EC; c++) e0[r][c] = beg[r] + c < xend[r] ? __ldg(esc + beg[r] + c) : make_int2(khi, 0);
-    }
-#endif
     pdl_wait();
-#if defined(MUSE_EXC_XS)
-    bar_sync_named(1, (NW + 1) * 32);  // every streaming warp has parked its x in xs
-    // the shipped walk (same entries, order and FMAs), with x from xs
+    if constexpr (PWALK) {
+      // R >= 2 (session 13, NOTES.md): the first chunk of every row block at once after the wait, with every load
+      // predicated in the PTX itself (rewrites that came out with branches around their x loads lost in session 12).
+      // Same entries, same order, same FMAs as the walk below.
+      auto load_chunk = [&](int2 (&e)[EC], float (&xv)[EC][NB * 4], int j, int end) {
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-      float ea[NB * 4];
+        for (int c = 0; c < EC; c++) e[c] = ld_esc_if(esc + j + c, j + c < end, make_int2(khi, 0));
 #pragma unroll
-      for (int q = 0; q < NB * 4; q++) ea[q] = 0.f;
-      int2 e[EC];
-#pragma unroll
-      for (int c = 0; c < EC; c++) e[c] = e0[r][c];
-      for (int j = xbeg[r];;) {
-        bool use[EC];
-        float xv[EC][NB * 4];
-#pragma unroll
-        for (int c = 0; c < EC; c++) {
-          use[c] = e[c].x >= klo && e[c].x < khi;
+        for (int c = 0; c < EC; c++)
 #pragma unroll
           for (int q = 0; q < NB * 4; q++) {
             const int tok = p + 2 * q;
-            xv[c][q] = use[c] && tok < M ? __bfloat162float(xs[tok * XS + (e[c].x - klo)]) : 0.f;
+            xv[c][q] = ld_x1_if(x + (size_t)tok * K + e[c].x, e[c].x >= klo && e[c].x < khi && tok < M);
           }
-        }
+      };
+      auto fma_chunk = [&](float (&ea)[NB * 4], const int2 (&e)[EC], const float (&xv)[EC][NB * 4]) {
 #pragma unroll
         for (int c = 0; c < EC; c++)
-          if (use[c]) {
+          if (e[c].x >= klo && e[c].x < khi) {
             const float d = __int_as_float(e[c].y);
 #pragma unroll
             for (int q = 0; q < NB * 4; q++) ea[q] += d * xv[c][q];  // tok >= M: never stored
           }
-        j += EC;
-        if (j >= xend[r] || e[EC - 1].x >= khi) break;  // k ascending: the rest of the row is past this slice
+      };
+      int2 e0[R][EC];
+      float xv0[R][EC][NB * 4];
 #pragma unroll
-        for (int c = 0; c < EC; c++) e[c] = j + c < xend[r] ? __ldg(esc + j + c) : make_int2(khi, 0);
-      }
+      for (int r = 0; r < R; r++) load_chunk(e0[r], xv0[r], beg[r], (dbg & 1) ? beg[r] : end[r]);
 #pragma unroll
-      for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
-    }
-#elif defined(MUSE_EXC_PRED)
-    // Prepared in session 12, NOT TIMED YET (NOTES.md, "Open after session 12"): the first chunk of every row block
-    // at once after the wait, with every load predicated in the PTX itself (the rewrites timed in session 12 came out
-    // with branches around their x loads and lost). Same entries, same order, same FMAs as the walk below.
-    auto load_chunk = [&](int2 (&e)[EC], float (&xv)[EC][NB * 4], int j, int end) {
+      for (int r = 0; r < R; r++) {
+        float ea[NB * 4];
 #pragma unroll
-      for (int c = 0; c < EC; c++) e[c] = ld_esc_if(esc + j + c, j + c < end, make_int2(khi, 0));
-#pragma unroll
-      for (int c = 0; c < EC; c++)
-#pragma unroll
-        for (int q = 0; q < NB * 4; q++) {
-          const int tok = p + 2 * q;
-          xv[c][q] = ld_x1_if(x + (size_t)tok * K + e[c].x, e[c].x >= klo && e[c].x < khi && tok < M);
-        }
-    };
-    auto fma_chunk = [&](float (&ea)[NB * 4], const int2 (&e)[EC], const float (&xv)[EC][NB * 4]) {
-#pragma unroll
-      for (int c = 0; c < EC; c++)
-        if (e[c].x >= klo && e[c].x < khi) {
-          const float d = __int_as_float(e[c].y);
-#pragma unroll
-          for (int q = 0; q < NB * 4; q++) ea[q] += d * xv[c][q];  // tok >= M: never stored
-        }
-    };
-    int2 e0[R][EC];
-    float xv0[R][EC][NB * 4];
-#pragma unroll
-    for (int r = 0; r < R; r++) load_chunk(e0[r], xv0[r], beg[r], (dbg & 1) ? beg[r] : end[r]);
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      float ea[NB * 4];
-#pragma unroll
-      for (int q = 0; q < NB * 4; q++) ea[q] = 0.f;
-      fma_chunk(ea, e0[r], xv0[r]);
-      if (e0[r][EC - 1].x < khi) {  // the row may go on in this CTA's slice: the rest, a chunk at a time
-        for (int j = beg[r] + EC; j < end[r]; j += EC) {
-          int2 e[EC];
-          float xv[EC][NB * 4];
-          load_chunk(e, xv, j, end[r]);
-          fma_chunk(ea, e, xv);
-          if (e[EC - 1].x >= khi) break;  // k ascending: the rest of the row is past this CTA's slice
-        }
-      }
-#pragma unroll
-      for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
-    }
-#else
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      float ea[NB * 4];
-#pragma unroll
-      for (int q = 0; q < NB * 4; q++) ea[q] = 0.f;
-      if (!(dbg & 1)) {
-        for (int j = beg[r]; j < end[r]; j += EC) {
-          int2 e[EC];
-          bool use[EC];
-#pragma unroll
-          for (int c = 0; c < EC; c++) {
-            e[c] = j + c < end[r] ? __ldg(esc + j + c) : make_int2(khi, 0);
-            use[c] = e[c].x >= klo && e[c].x < khi;
+        for (int q = 0; q < NB * 4; q++) ea[q] = 0.f;
+        fma_chunk(ea, e0[r], xv0[r]);
+        if (e0[r][EC - 1].x < khi) {  // the row may go on in this CTA's slice: the rest, a chunk at a time
+          for (int j = beg[r] + EC; j < end[r]; j += EC) {
+            int2 e[EC];
+            float xv[EC][NB * 4];
+            load_chunk(e, xv, j, end[r]);
+            fma_chunk(ea, e, xv);
+            if (e[EC - 1].x >= khi) break;  // k ascending: the rest of the row is past this CTA's slice
           }
-          float xv[EC][NB * 4];
-#pragma unroll
-          for (int c = 0; c < EC; c++)
-#pragma unroll
-            for (int q = 0; q < NB * 4; q++) {
-              const int tok = p + 2 * q;
-              xv[c][q] = use[c] && tok < M ? __bfloat162float(x[(size_t)tok * K + e[c].x]) : 0.f;
-            }
-#pragma unroll
-          for (int c = 0; c < EC; c++)
-            if (use[c]) {
-              const float d = __int_as_float(e[c].y);
-#pragma unroll
-              for (int q = 0; q < NB * 4; q++) ea[q] += d * xv[c][q];  // tok >= M: never stored
-            }
-          if (e[EC - 1].x >= khi) break;  // k ascending: the rest of the row is past this CTA's slice
         }
-      }
 #pragma unroll
-      for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
+        for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
+      }
+    } else {  // R = 1: a row block at a time, a chunk at a time
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        float ea[NB * 4];
+#pragma unroll
+        for (int q = 0; q < NB * 4; q++) ea[q] = 0.f;
+        if (!(dbg & 1)) {
+          for (int j = beg[r]; j < end[r]; j += EC) {
+            int2 e[EC];
+            bool use[EC];
+#pragma unroll
+            for (int c = 0; c < EC; c++) {
+              e[c] = j + c < end[r] ? __ldg(esc + j + c) : make_int2(khi, 0);
+              use[c] = e[c].x >= klo && e[c].x < khi;
+            }
+            float xv[EC][NB * 4];
+#pragma unroll
+            for (int c = 0; c < EC; c++)
+#pragma unroll
+              for (int q = 0; q < NB * 4; q++) {
+                const int tok = p + 2 * q;
+                xv[c][q] = use[c] && tok < M ? __bfloat162float(x[(size_t)tok * K + e[c].x]) : 0.f;
+              }
+#pragma unroll
+            for (int c = 0; c < EC; c++)
+              if (use[c]) {
+                const float d = __int_as_float(e[c].y);
+#pragma unroll
+                for (int q = 0; q < NB * 4; q++) ea[q] += d * xv[c][q];  // tok >= M: never stored
+              }
+            if (e[EC - 1].x >= khi) break;  // k ascending: the rest of the row is past this CTA's slice
+          }
+        }
+#pragma unroll
+        for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
+      }
     }
-#endif
   } else {
     const int g0 = sidx * KGS + warp * KGW;
     const size_t rstride = (size_t)KG * 96;
@@ -969,9 +901,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
     const bf16* xr[NB];
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) xr[nb] = x + (size_t)min(nb * 8 + g, M - 1) * K + g0 * 64 + t * 8;
-#ifdef MUSE_EXC_XS
-    const int xcol = warp * KGW * 64 + t * 8;  // this lane's first k of trip 0 in the CTA's slice
-#endif
     float acc[R][NB][4];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -992,10 +921,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
           TR_ARRIVED(i == 0 && u == 0, z[0][0][0].x, xa[0].x)
 #pragma unroll
           for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, TL, TH);
-#ifdef MUSE_EXC_XS
-#pragma unroll
-          for (int nb = 0; nb < NB; nb++) st_xs(xs, XS, M, nb * 8 + g, xcol + (i + u) * 64, xa[nb], xb[nb]);
-#endif
         }
       }
     } else {
@@ -1019,12 +944,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         for (int u = 0; u < UG; u++)
 #pragma unroll
           for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], TL, TH);
-#ifdef MUSE_EXC_XS
-#pragma unroll
-        for (int u = 0; u < UG; u++)
-#pragma unroll
-          for (int nb = 0; nb < NB; nb++) st_xs(xs, XS, M, nb * 8 + g, xcol + (i + u) * 64, xa[u][nb], xb[u][nb]);
-#endif
 #pragma unroll
         for (int u = 0; u < UG; u++)
 #pragma unroll
@@ -1037,9 +956,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         }
       }
     }
-#ifdef MUSE_EXC_XS
-    bar_arrive_named(1, (NW + 1) * 32);  // this warp's x is in xs: the exception warp may walk
-#endif
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
@@ -1691,17 +1607,8 @@ static int launch_gemvz(const void* x, const void* w, const void* eptr, const vo
                       cl ? S : 1, gemvtz_smem(NW, U, NB, R, S, cl), co, (const uint8_t*)w, tx, (const bf16*)x,
                       (const int*)eptr, (const int2*)esc, (bf16*)out, (float4*)ws, (int*)sem, M, N, K, S, TL, TH, dbg, cl);
   } else {
-#ifdef MUSE_EXC_XS
-    const size_t dsm = (cl ? (size_t)(S - 1) * R * NB * 32 * 16 : 0) + (size_t)M * (K / S + 32) * 2;
-    if (dsm > 48 * 1024) {
-      const int e = opt_in_once((const void*)gemvz_kernel<NW, U, NB, R, P>, OPT_LARGE_SMEM);
-      if (e) return e;
-    }
-#else
-    const size_t dsm = cl ? (size_t)(S - 1) * R * NB * 32 * 16 : 0;
-#endif
     return launch_pdl(gemvz_kernel<NW, U, NB, R, P>, dim3(N / (16 * R), S), dim3((NW + 1) * 32), st, pdl, cl ? S : 1,
-                      dsm, co, (const bf16*)x, (const uint4*)w,
+                      cl ? (size_t)(S - 1) * R * NB * 32 * 16 : 0, co, (const bf16*)x, (const uint4*)w,
                       (const int*)eptr, (const int2*)esc, (bf16*)out, (float4*)ws, (int*)sem, M, N, K, S, TL, TH, dbg,
                       pf, cl);
   }

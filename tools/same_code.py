@@ -3,6 +3,7 @@
     python tools/same_code.py                 # the working tree's submission.py against HEAD's
     python tools/same_code.py --base 8868e22  # ... against that commit's
     python tools/same_code.py --extra 'gemvz:4,6,4,2,6' --extra 'gemv:4,8,4,2,0,6'
+    python tools/same_code.py --base HEAD~1 --base-define MUSE_EXC_PRED   # a timed variant made the default
 
 Both versions' KERNEL_SRC are compiled (tune.py's source builder) with the instantiations of both versions' C3 / Z3
 lines, plus --extra ones (kind:template args, DUAL as 0/1), to one cubin each, and the .text section of every kernel
@@ -104,13 +105,19 @@ def main(argv=None):
     ap.add_argument("--base", default="HEAD", help="the commit to compare the working tree's submission.py with")
     ap.add_argument("--extra", action="append", type=parse_extra, default=[],
                     help="one more instantiation, kind:args (may repeat)")
+    ap.add_argument("--define", action="append", default=[], help="#define NAME before the working tree's source")
+    ap.add_argument("--base-define", action="append", default=[],
+                    help="#define NAME before the base's source (e.g. the A/B variant a change makes the default)")
     args = ap.parse_args(argv)
     base = load_version(args.base)
+    defs = lambda names: "".join(f"#define {n}\n" for n in names)
+    new_src, old_src = defs(args.define) + sub.KERNEL_SRC, defs(args.base_define) + base.KERNEL_SRC
     insts = sorted(set(table_insts(sub.KERNEL_SRC)) | set(table_insts(base.KERNEL_SRC)) | set(args.extra), key=str)
-    print(f"[same_code] {len(insts)} instantiations, working tree against {args.base}", flush=True)
+    print(f"[same_code] {len(insts)} instantiations, working tree{' ' + '+'.join(args.define) if args.define else ''} "
+          f"against {args.base}{' ' + '+'.join(args.base_define) if args.base_define else ''}", flush=True)
     with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
-        new = kernel_text(sub.KERNEL_SRC, insts, sub.NVCC_FLAGS, d1)
-        old = kernel_text(base.KERNEL_SRC, insts, base.NVCC_FLAGS, d2)
+        new = kernel_text(new_src, insts, sub.NVCC_FLAGS, d1)
+        old = kernel_text(old_src, insts, base.NVCC_FLAGS, d2)
     both = sorted(set(new) & set(old))
     diff = [k for k in both if new[k] != old[k]]
     for k in diff:
