@@ -16,7 +16,8 @@ Timing: per shape, P prepared copies (P x weight bytes >= 2 GB, so weights come 
 one CUDA graph of P back-to-back kernel_fn calls, >= 15 replays after warm-up, time = median / P; cuBLAS
 (torch.nn.functional.linear, fp32 for the router) timed the same way in the same run. Also reported: the
 same with PDL off, and an isolated time (one call per replay after an L2 flush), so overlap between
-back-to-back calls is not mistaken for a faster kernel.
+back-to-back calls is not mistaken for a faster kernel. Every row on the compressed path is also timed on the
+plain path (forced, same weights and x) and the gain is listed: issue #4 asks for >= 12% (not with --quick).
 
 Without CUDA it runs what works on a CPU (the checkers' self-test, the 12-bit format statistics of every
 layer, the dispatch plan) and exits 0.
@@ -440,7 +441,10 @@ def copies_for(nbytes):
     return max(2, math.ceil(TARGET_BYTES / nbytes))
 
 
-def timing(sub, device, layers, ms, replays, log=print, seed=99, pdl_compare=True, isolated=True):
+def timing(sub, device, layers, ms, replays, log=print, seed=99, pdl_compare=True, isolated=True, plain_compare=True):
+    """Every (layer, m) as SPEC times it; with plain_compare, each row the tables send to the compressed path is
+    also timed on the plain path (same weights, same x, same timing): issue #4's "at least 12% faster than our
+    plain path", read in the judge's own run."""
     rows = []
     flush = torch.empty(int(256e6) // 4, dtype=torch.float32, device=device)
     total = len(layers) * len(ms)
@@ -456,6 +460,7 @@ def timing(sub, device, layers, ms, replays, log=print, seed=99, pdl_compare=Tru
         Ls = [sub.prepare(name, w, **PREPARE_KW) for _ in range(P)]
         Pc = copies_for(w.numel() * w.element_size())
         wcs = [w.clone() for _ in range(Pc)]
+        Lp = None  # the plain path's copies, made when a compressed row needs them
         for m in ms:
             x = fresh_x(m, K, seed + m, device)
             xc = x.float() if dual else x
@@ -472,6 +477,12 @@ def timing(sub, device, layers, ms, replays, log=print, seed=99, pdl_compare=Tru
                 us_nopdl = ms_np * 1e3 / P
                 for L in Ls:
                     L.pdl = L0_pdl
+            plain_us = None
+            if plain_compare and plan.path == "compressed":
+                if Lp is None:
+                    Lp = [sub.prepare(name, w, path="plain") for _ in range(P)]
+                ms_p, _ = time_graph([lambda L=L: sub.kernel_fn(x, L) for L in Lp], replays)
+                plain_us = ms_p * 1e3 / P
             us_iso = time_isolated(lambda: sub.kernel_fn(x, L0), flush) if isolated else None
             ms_cb, _ = time_graph([lambda wc=wc: torch.nn.functional.linear(xc, wc) for wc in wcs], replays)
             cublas_us = ms_cb * 1e3 / Pc
@@ -484,13 +495,16 @@ def timing(sub, device, layers, ms, replays, log=print, seed=99, pdl_compare=Tru
                    "floor_us": round(floor_us, 3), "bytes_read": read, "speedup": round(cublas_us / us, 3),
                    "pct_floor": round(100 * floor_us / us, 1), "tbps": round(read / us / 1e6, 3),
                    "copies": P, "correct": None}
+            if plain_us is not None:
+                row["plain_us"] = round(plain_us, 3)
+                row["vs_plain_pct"] = round(100 * (plain_us - us) / plain_us, 1)
             if us < read / FLOOR_BPS * 1e6:
                 row["error"] = f"faster than its own bytes at 4.8 TB/s ({read / FLOOR_BPS * 1e6:.2f} us): measurement error"
             rows.append(row)
             done += 1
             el = time.time() - t0
             log(f"[timing {done}/{total}] {fmt_row(row)}   ({el:.0f} s, ~{el / done * (total - done):.0f} s left)")
-        del Ls, wcs
+        del Ls, wcs, Lp
         torch.cuda.empty_cache()
     return rows
 
@@ -647,7 +661,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", default=",".join(LAYERS), help="comma list (default: all five)")
     ap.add_argument("--m", default=",".join(map(str, SCORED_M)), help="comma list of m (default: 1,2,4,8,16,32)")
-    ap.add_argument("--quick", action="store_true", help="15 replays instead of 40; no isolated / no-PDL times")
+    ap.add_argument("--quick", action="store_true", help="15 replays instead of 40; no isolated / no-PDL / plain-path times")
     ap.add_argument("--replays", type=int, default=None)
     ap.add_argument("--no-timing", action="store_true")
     ap.add_argument("--no-correctness", action="store_true", help="timing only (not a valid judge run)")
@@ -688,7 +702,8 @@ def main(argv=None):
     rows = []
     if not args.no_timing:
         replays = args.replays or (15 if args.quick else 40)
-        rows = timing(sub, device, layers, ms, replays, pdl_compare=not args.quick, isolated=not args.quick)
+        rows = timing(sub, device, layers, ms, replays, pdl_compare=not args.quick, isolated=not args.quick,
+                      plain_compare=not args.quick and args.backend == "tables")
         for r in rows:
             r["correct"] = correct
             if "error" in r:
@@ -700,6 +715,12 @@ def main(argv=None):
         print(f"\nscore (geometric mean speedup over cuBLAS, {len(rows)} shapes): {sc:.3f}")
         if all(r.get("us_nopdl") for r in rows):
             print(f"score with PDL off: {math.exp(sum(math.log(r['cublas_us'] / r['us_nopdl']) for r in rows) / len(rows)):.3f}")
+        zrows = [r for r in rows if "vs_plain_pct" in r]
+        if zrows:
+            print("\ncompressed against our plain path (same weights, x and timing; issue #4 asks >= 12%):")
+            for r in zrows:
+                print(f"  {r['layer']:<9} m={r['m']:<2} compressed {r['us']:6.2f} us  plain {r['plain_us']:6.2f} us  "
+                      f"{r['vs_plain_pct']:+5.1f}%{'' if r['vs_plain_pct'] >= 12 else '   < 12%'}")
         if args.compare:
             compare(rows, args.compare)
     res = make_result(dev_name, rows, correct, failures, {"total_s": round(time.time() - t_start, 1),

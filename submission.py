@@ -135,21 +135,22 @@ ZTABLE = {
     ("qkv_gate", 2): GemvzConfig(nw=4, s=4, ug=2, r=1, pipe=1, pf=0, pdl=1, cl=2),  # 8.42 us, runner-up 8.60 us
     ("qkv_gate", 4): GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=4, pf=0, pdl=1, cl=2),  # 8.65 us, runner-up 8.65 us
     ("qkv_gate", 8): GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=5, pf=0, pdl=1, cl=2),  # 8.75 us, runner-up 8.77 us
-    ("o_proj", 1): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=5, pf=0, pdl=1, cl=0),  # 6.62 us, runner-up 6.62 us
-    ("o_proj", 2): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=5, pf=0, pdl=1, cl=0),  # 6.67 us, runner-up 6.67 us
-    ("o_proj", 4): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=4, pf=0, pdl=1, cl=0),  # 6.75 us, runner-up 6.75 us
-    ("o_proj", 8): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=5, pf=0, pdl=1, cl=0),  # 6.92 us, runner-up 6.92 us
-    ("o_proj", 16): GemvzConfig(nw=4, s=1, ug=1, r=1, pipe=5, pf=0, pdl=1, cl=0),  # 7.79 us, runner-up 7.84 us
+    ("o_proj", 1): GemvzConfig(nw=4, s=2, ug=2, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 6.44 us, runner-up 6.51 us
+    ("o_proj", 2): GemvzConfig(nw=4, s=2, ug=2, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 6.54 us, runner-up 6.67 us
+    ("o_proj", 4): GemvzConfig(nw=4, s=2, ug=2, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 6.61 us, runner-up 6.69 us
+    ("o_proj", 8): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=5, pf=0, pdl=1, cl=0),  # 6.74 us, runner-up 6.75 us
+    ("o_proj", 16): GemvzConfig(nw=4, s=1, ug=2, r=2, pipe=2, pf=0, pdl=1, cl=0),  # 7.76 us, runner-up 7.78 us
     ("pooler", 1): GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 12.31 us, runner-up 12.50 us
     ("pooler", 2): GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 12.48 us, runner-up 12.61 us
     ("pooler", 4): GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 12.66 us, runner-up 12.72 us
     ("pooler", 8): GemvzConfig(nw=8, s=2, ug=1, r=1, pipe=0, pf=0, pdl=1, cl=2),  # 12.75 us, runner-up 12.88 us
     ("pooler", 16): GemvzConfig(nw=4, s=2, ug=1, r=1, pipe=5, pf=0, pdl=1, cl=2),  # 14.30 us, runner-up 14.53 us
-    ("unpooler", 1): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=4, pf=0, pdl=1, cl=0),  # 12.21 us, runner-up 12.22 us
-    ("unpooler", 2): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=4, pf=0, pdl=1, cl=0),  # 12.33 us, runner-up 12.33 us
-    ("unpooler", 4): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=5, pf=0, pdl=1, cl=0),  # 12.39 us, runner-up 12.40 us
-    ("unpooler", 8): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=5, pf=0, pdl=1, cl=0),  # 12.47 us, runner-up 12.50 us
-    ("unpooler", 16): GemvzConfig(nw=4, s=1, ug=2, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 13.86 us, runner-up 14.37 us
+    ("unpooler", 1): GemvzConfig(nw=8, s=1, ug=2, r=2, pipe=0, pf=0, pdl=1, cl=0),  # 12.51 us, runner-up 12.56 us
+    ("unpooler", 2): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=5, pf=0, pdl=1, cl=0),  # 12.40 us, runner-up 12.45 us
+    ("unpooler", 4): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=5, pf=0, pdl=1, cl=0),  # 12.47 us, runner-up 12.50 us
+    ("unpooler", 8): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=5, pf=0, pdl=1, cl=0),  # 12.54 us, runner-up 12.59 us
+    ("unpooler", 16): GemvzConfig(nw=4, s=1, ug=2, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 13.80 us, runner-up 13.99 us
+    ("unpooler", 32): GemvzConfig(nw=4, s=2, ug=4, r=2, pipe=6, pf=0, pdl=1, cl=2),  # 16.59 us, runner-up 16.83 us
 }
 # ---- END GENERATED ----
 
@@ -1662,10 +1663,13 @@ static const void* gemvz_func() {
   Z3(4, 1, 2, 1, 5) \
   Z3(4, 1, 4, 1, 2) \
   Z3(4, 2, 1, 1, 1) \
+  Z3(4, 2, 1, 2, 0) \
   Z3(4, 2, 2, 1, 3) \
+  Z3(4, 2, 2, 2, 2) \
+  Z3(4, 4, 4, 2, 6) \
   Z3(8, 1, 1, 1, 0) \
-  Z3(8, 1, 1, 2, 4) \
   Z3(8, 1, 1, 2, 5) \
+  Z3(8, 2, 1, 2, 0) \
   Z3(16, 1, 1, 1, 2)
 // ---- END GENERATED ----
 
