@@ -150,7 +150,6 @@ ZTABLE = {
     ("unpooler", 4): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=5, pf=0, pdl=1, cl=0),  # 12.47 us, runner-up 12.50 us
     ("unpooler", 8): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=5, pf=0, pdl=1, cl=0),  # 12.54 us, runner-up 12.59 us
     ("unpooler", 16): GemvzConfig(nw=4, s=1, ug=2, r=1, pipe=3, pf=0, pdl=1, cl=0),  # 13.80 us, runner-up 13.99 us
-    ("unpooler", 32): GemvzConfig(nw=4, s=2, ug=4, r=2, pipe=6, pf=0, pdl=1, cl=2),  # 16.59 us, runner-up 16.83 us
 }
 # ---- END GENERATED ----
 
@@ -1666,7 +1665,6 @@ static const void* gemvz_func() {
   Z3(4, 2, 1, 2, 0) \
   Z3(4, 2, 2, 1, 3) \
   Z3(4, 2, 2, 2, 2) \
-  Z3(4, 4, 4, 2, 6) \
   Z3(8, 1, 1, 1, 0) \
   Z3(8, 1, 1, 2, 5) \
   Z3(8, 2, 1, 2, 0) \

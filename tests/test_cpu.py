@@ -74,8 +74,10 @@ def test_every_table_row_and_default_is_compiled_in():
 
 
 def test_ztable_literal_holds_only_rows_that_beat_plain():
-    crows = [{"layer": "a", "m": 1, "us": 10.0}, {"layer": "a", "m": 2, "us": 5.0}, {"layer": "a", "m": 4, "us": None}]
-    zrows = [{"layer": "a", "m": 1, "us": 8.0}, {"layer": "a", "m": 2, "us": 6.0}, {"layer": "a", "m": 4, "us": 9.0}]
+    crows = [{"layer": "a", "m": 1, "us": 10.0}, {"layer": "a", "m": 2, "us": 5.0}, {"layer": "a", "m": 4, "us": None},
+             {"layer": "a", "m": 8, "us": 10.0}]
+    zrows = [{"layer": "a", "m": 1, "us": 8.0}, {"layer": "a", "m": 2, "us": 6.0}, {"layer": "a", "m": 4, "us": 9.0},
+             {"layer": "a", "m": 8, "us": 10.0 * (1 - build.Z_MARGIN / 2)}]   # m=8: a win within the margin
     assert [r["m"] for r in build.z_winners(crows, zrows)] == [1, 4]
 
 
