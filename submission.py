@@ -528,12 +528,6 @@ __device__ __forceinline__ void store_tile(void* __restrict__ out, float4 v, int
 }
 
 #define MIN_BLOCKS(PIPE) ((PIPE) == 2 || (PIPE) == 5 ? 2 : (PIPE) == 3 ? 1 : 0)
-// gemvz's exception warps: one; MUSE_EXC_2W (session 13, A/B only): two when NB >= 2, each lane half the tokens.
-#ifdef MUSE_EXC_2W
-#define EXC_WARPS(NB) ((NB) >= 2 ? 2 : 1)
-#else
-#define EXC_WARPS(NB) 1
-#endif
 
 // ---- MUSE_TRACE (tools/trace_chain.py only; the shipped build never defines it) ------------------
 // Thread 0 of every CTA records when it starts, passes pdl_wait, has its first batch of weights and then its first x
@@ -762,14 +756,13 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
 // prepare verified fl32(v + correction) == W for every one of them. dbg & 1 skips the corrections.
 // Lab: labs/lab3_compress.py (format, decz, the kernel in miniature).
 template <int NW, int UG, int NB, int R, int PIPE>
-__global__ void __launch_bounds__((NW + EXC_WARPS(NB)) * 32, MIN_BLOCKS(PIPE))
+__global__ void __launch_bounds__((NW + 1) * 32, MIN_BLOCKS(PIPE))
 gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int* __restrict__ eptr,
              const int2* __restrict__ esc, bf16* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem,
              int M, int N, int K, int S, uint32_t TL, uint32_t TH, int dbg, int pf, int cl) {
   static_assert(PIPE >= 0 && PIPE <= 5, "PIPE is 0..5");
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
-  constexpr int EC = NB == 4 ? 2 : 4;  // exception chunk: EC entries x XT tokens of x in flight per lane
-  constexpr int XW = EXC_WARPS(NB), XT = NB * 4 / XW;  // exception warps; tokens per lane: p, p + 2 XW, ...
+  constexpr int EC = NB == 4 ? 2 : 4;  // exception chunk: EC entries x NB*4 tokens of x in flight per lane
 #ifdef MUSE_EXC_WALK1
   constexpr bool PWALK = false;  // A/B: the R = 1 walk at every R (the walk shipped until session 12)
 #else
@@ -786,8 +779,8 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   __shared__ float4 red[NW][P];
   __shared__ float ecorr[R * 16][NB * 8 + 1];  // +1: the 16 rows of a block land in 16 different banks
 
-  if (XW == 1 ? warp == NW : warp >= NW) {
-    const int xl = XW == 1 ? lane : tid - NT, rl = xl & 15, p = xl >> 4;
+  if (warp == NW) {
+    const int rl = lane & 15, p = lane >> 4;
     const int klo = sidx * KGS * 64, khi = klo + KGS * 64;
     int beg[R], end[R];
 #pragma unroll
@@ -803,54 +796,54 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       // R >= 2 (session 13, NOTES.md): the first chunk of every row block at once after the wait, with every load
       // predicated in the PTX itself (rewrites that came out with branches around their x loads lost in session 12).
       // Same entries, same order, same FMAs as the walk below.
-      auto load_chunk = [&](int2 (&e)[EC], float (&xv)[EC][XT], int j, int end) {
+      auto load_chunk = [&](int2 (&e)[EC], float (&xv)[EC][NB * 4], int j, int end) {
 #pragma unroll
         for (int c = 0; c < EC; c++) e[c] = ld_esc_if(esc + j + c, j + c < end, make_int2(khi, 0));
 #pragma unroll
         for (int c = 0; c < EC; c++)
 #pragma unroll
-          for (int q = 0; q < XT; q++) {
-            const int tok = p + 2 * XW * q;
+          for (int q = 0; q < NB * 4; q++) {
+            const int tok = p + 2 * q;
             xv[c][q] = ld_x1_if(x + (size_t)tok * K + e[c].x, e[c].x >= klo && e[c].x < khi && tok < M);
           }
       };
-      auto fma_chunk = [&](float (&ea)[XT], const int2 (&e)[EC], const float (&xv)[EC][XT]) {
+      auto fma_chunk = [&](float (&ea)[NB * 4], const int2 (&e)[EC], const float (&xv)[EC][NB * 4]) {
 #pragma unroll
         for (int c = 0; c < EC; c++)
           if (e[c].x >= klo && e[c].x < khi) {
             const float d = __int_as_float(e[c].y);
 #pragma unroll
-            for (int q = 0; q < XT; q++) ea[q] += d * xv[c][q];  // tok >= M: never stored
+            for (int q = 0; q < NB * 4; q++) ea[q] += d * xv[c][q];  // tok >= M: never stored
           }
       };
       int2 e0[R][EC];
-      float xv0[R][EC][XT];
+      float xv0[R][EC][NB * 4];
 #pragma unroll
       for (int r = 0; r < R; r++) load_chunk(e0[r], xv0[r], beg[r], (dbg & 1) ? beg[r] : end[r]);
 #pragma unroll
       for (int r = 0; r < R; r++) {
-        float ea[XT];
+        float ea[NB * 4];
 #pragma unroll
-        for (int q = 0; q < XT; q++) ea[q] = 0.f;
+        for (int q = 0; q < NB * 4; q++) ea[q] = 0.f;
         fma_chunk(ea, e0[r], xv0[r]);
         if (e0[r][EC - 1].x < khi) {  // the row may go on in this CTA's slice: the rest, a chunk at a time
           for (int j = beg[r] + EC; j < end[r]; j += EC) {
             int2 e[EC];
-            float xv[EC][XT];
+            float xv[EC][NB * 4];
             load_chunk(e, xv, j, end[r]);
             fma_chunk(ea, e, xv);
             if (e[EC - 1].x >= khi) break;  // k ascending: the rest of the row is past this CTA's slice
           }
         }
 #pragma unroll
-        for (int q = 0; q < XT; q++) ecorr[r * 16 + rl][p + 2 * XW * q] = ea[q];
+        for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
       }
     } else {  // R = 1: a row block at a time, a chunk at a time
 #pragma unroll
       for (int r = 0; r < R; r++) {
-        float ea[XT];
+        float ea[NB * 4];
 #pragma unroll
-        for (int q = 0; q < XT; q++) ea[q] = 0.f;
+        for (int q = 0; q < NB * 4; q++) ea[q] = 0.f;
         if (!(dbg & 1)) {
           for (int j = beg[r]; j < end[r]; j += EC) {
             int2 e[EC];
@@ -860,12 +853,12 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
               e[c] = j + c < end[r] ? __ldg(esc + j + c) : make_int2(khi, 0);
               use[c] = e[c].x >= klo && e[c].x < khi;
             }
-            float xv[EC][XT];
+            float xv[EC][NB * 4];
 #pragma unroll
             for (int c = 0; c < EC; c++)
 #pragma unroll
-              for (int q = 0; q < XT; q++) {
-                const int tok = p + 2 * XW * q;
+              for (int q = 0; q < NB * 4; q++) {
+                const int tok = p + 2 * q;
                 xv[c][q] = use[c] && tok < M ? __bfloat162float(x[(size_t)tok * K + e[c].x]) : 0.f;
               }
 #pragma unroll
@@ -873,13 +866,13 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
               if (use[c]) {
                 const float d = __int_as_float(e[c].y);
 #pragma unroll
-                for (int q = 0; q < XT; q++) ea[q] += d * xv[c][q];  // tok >= M: never stored
+                for (int q = 0; q < NB * 4; q++) ea[q] += d * xv[c][q];  // tok >= M: never stored
               }
             if (e[EC - 1].x >= khi) break;  // k ascending: the rest of the row is past this CTA's slice
           }
         }
 #pragma unroll
-        for (int q = 0; q < XT; q++) ecorr[r * 16 + rl][p + 2 * XW * q] = ea[q];
+        for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
       }
     }
   } else {
@@ -1614,7 +1607,7 @@ static int launch_gemvz(const void* x, const void* w, const void* eptr, const vo
                       cl ? S : 1, gemvtz_smem(NW, U, NB, R, S, cl), co, (const uint8_t*)w, tx, (const bf16*)x,
                       (const int*)eptr, (const int2*)esc, (bf16*)out, (float4*)ws, (int*)sem, M, N, K, S, TL, TH, dbg, cl);
   } else {
-    return launch_pdl(gemvz_kernel<NW, U, NB, R, P>, dim3(N / (16 * R), S), dim3((NW + EXC_WARPS(NB)) * 32), st, pdl, cl ? S : 1,
+    return launch_pdl(gemvz_kernel<NW, U, NB, R, P>, dim3(N / (16 * R), S), dim3((NW + 1) * 32), st, pdl, cl ? S : 1,
                       cl ? (size_t)(S - 1) * R * NB * 32 * 16 : 0, co, (const bf16*)x, (const uint4*)w,
                       (const int*)eptr, (const int2*)esc, (bf16*)out, (float4*)ws, (int*)sem, M, N, K, S, TL, TH, dbg,
                       pf, cl);
