@@ -751,7 +751,9 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
 //     into smem ecorr; one barrier; the corrections are added after the warps' reduction, before split-K.
 //     The side table is constant after prepare: its row offsets are read, and its first lines prefetched to
 //     L1, before pdl_wait. A row's list is walked in chunks of EC entries: the chunk's entries, then all their
-//     x values, are loaded before its first FMA (one chain of two loads per chunk, not per entry).
+//     x values, are loaded before its first FMA (one chain of two loads per chunk, not per entry). R >= 2: the
+//     first chunks of all R blocks are loaded at once, every load predicated in the PTX (no branch around it;
+//     o_proj m=8 7.1 -> 6.7 us, NOTES.md session 13); R = 1: a block at a time (the predicated form ties or loses).
 // An out-of-window weight decodes to a fixed in-window value v (+0 when the window holds zero);
 // prepare verified fl32(v + correction) == W for every one of them. dbg & 1 skips the corrections.
 // Lab: labs/lab3_compress.py (format, decz, the kernel in miniature).
