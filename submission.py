@@ -794,6 +794,16 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         asm volatile("prefetch.global.L1 [%0];" ::"l"(esc + beg[r]));
     }
     pdl_wait();
+    // a chunk's corrections into ea, entries in k order (entries outside [klo, khi) add nothing)
+    auto fma_chunk = [&](float (&ea)[NB * 4], const int2 (&e)[EC], const float (&xv)[EC][NB * 4]) {
+#pragma unroll
+      for (int c = 0; c < EC; c++)
+        if (e[c].x >= klo && e[c].x < khi) {
+          const float d = __int_as_float(e[c].y);
+#pragma unroll
+          for (int q = 0; q < NB * 4; q++) ea[q] += d * xv[c][q];  // tok >= M: never stored
+        }
+    };
     if constexpr (PWALK) {
       // R >= 2 (session 13, NOTES.md): the first chunk of every row block at once after the wait, with every load
       // predicated in the PTX itself (rewrites that came out with branches around their x loads lost in session 12).
@@ -807,15 +817,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
           for (int q = 0; q < NB * 4; q++) {
             const int tok = p + 2 * q;
             xv[c][q] = ld_x1_if(x + (size_t)tok * K + e[c].x, e[c].x >= klo && e[c].x < khi && tok < M);
-          }
-      };
-      auto fma_chunk = [&](float (&ea)[NB * 4], const int2 (&e)[EC], const float (&xv)[EC][NB * 4]) {
-#pragma unroll
-        for (int c = 0; c < EC; c++)
-          if (e[c].x >= klo && e[c].x < khi) {
-            const float d = __int_as_float(e[c].y);
-#pragma unroll
-            for (int q = 0; q < NB * 4; q++) ea[q] += d * xv[c][q];  // tok >= M: never stored
           }
       };
       int2 e0[R][EC];
@@ -863,13 +864,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
                 const int tok = p + 2 * q;
                 xv[c][q] = use[c] && tok < M ? __bfloat162float(x[(size_t)tok * K + e[c].x]) : 0.f;
               }
-#pragma unroll
-            for (int c = 0; c < EC; c++)
-              if (use[c]) {
-                const float d = __int_as_float(e[c].y);
-#pragma unroll
-                for (int q = 0; q < NB * 4; q++) ea[q] += d * xv[c][q];  // tok >= M: never stored
-              }
+            fma_chunk(ea, e, xv);
             if (e[EC - 1].x >= khi) break;  // k ascending: the rest of the row is past this CTA's slice
           }
         }

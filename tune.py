@@ -461,7 +461,7 @@ def _save(ct, zt, crow, zrow, shapes):
     ct["rows"] = _in_shape_order(crow, shapes)
     zt["rows"] = _in_shape_order(zrow, shapes)
     ct["note"] = "winners measured by tune.py (SPEC timing); runner_up = the next finalists"
-    zt["note"] = ct["note"] + "; build.py puts a row in ZTABLE only where it beats the plain row"
+    zt["note"] = ct["note"] + "; build.py puts a row in ZTABLE only where it beats the plain row by more than its Z_MARGIN"
     build.write_table("ctable.json", ct)
     build.write_table("ztable.json", zt)
 

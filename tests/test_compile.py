@@ -108,10 +108,7 @@ def test_exception_walk_of_two_row_blocks_is_branch_free(tmp_path):
         code = sass.sass_of(("#define MUSE_EXC_WALK1\n" if walk1 else "") + submission.KERNEL_SRC,
                             [("gemvz", (8, 1, 1, 2, 5))])
         (name,) = [k for k in code if "gemvz_kernel" in k]
-        lines = code[name]
-        a = sass.counts(lines)["acqbulk"][1]
-        b = next(i for i in range(a, len(lines)) if "BAR.SYNC" in lines[i])
-        parts[walk1] = sass.counts(lines[a:b])
+        parts[walk1] = sass.counts(sass.exception_part(code[name]))
     assert parts[False]["ldg"] >= 40 and parts[False]["ldg_predicated"] >= parts[False]["ldg"] - 4, parts[False]
     assert parts[False]["bra"] <= 8, parts[False]
     assert parts[False]["ldg"] > parts[True]["ldg"], parts   # the first chunks of both row blocks at once

@@ -80,14 +80,23 @@ def counts(lines):
                 bar=has(r"\bBAR\."), acqbulk=[i for i, l in enumerate(lines) if "ACQBULK" in l])
 
 
+def exception_part(lines):
+    """gemvz_kernel's exception-warp code: from its griddepcontrol.wait (the second ACQBULK) to the next BAR.SYNC;
+    None when the kernel has no second wait."""
+    acq = counts(lines)["acqbulk"]
+    if len(acq) < 2:
+        return None
+    b = next((i for i in range(acq[1], len(lines)) if "BAR.SYNC" in lines[i]), len(lines))
+    return lines[acq[1]:b]
+
+
 def summary(name, lines):
     c = counts(lines)
     s = (f"{name}: {c['instructions']} instructions, {c['ldg']} LDG ({c['ldg_predicated']} predicated), "
          f"{c['bra']} BRA, {c['bar']} BAR, griddepcontrol.wait at instruction(s) {c['acqbulk']}")
-    if "gemvz_kernel" in name and len(c["acqbulk"]) >= 2:
-        a = c["acqbulk"][1]
-        b = next((i for i in range(a, len(lines)) if "BAR.SYNC" in lines[i]), len(lines))
-        e = counts(lines[a:b])
+    part = exception_part(lines) if "gemvz_kernel" in name else None
+    if part is not None:
+        e = counts(part)
         s += (f"\n    exception warp (its wait .. the next BAR.SYNC): {e['instructions']} instructions, {e['ldg']} LDG "
               f"({e['ldg_predicated']} predicated), {e['bra']} BRA")
     return s
