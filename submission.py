@@ -233,6 +233,19 @@ __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.lau
 // kernel may write or read (x, out, ws, sem) is touched only after this; weights may be read before.
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
+#ifdef MUSE_EXC_LATE
+// A/B (session 14): the exception warp starts its walk once every streaming warp has finished its first trip
+// (named barrier 1: the streaming threads arrive, the exception warp syncs), so its x misses do not meet the
+// streaming warps' first x misses.
+__device__ __forceinline__ void exc_go_arrive(int n) { asm volatile("bar.arrive 1, %0;" ::"r"(n) : "memory"); }
+__device__ __forceinline__ void exc_go_wait(int n) { asm volatile("bar.sync 1, %0;" ::"r"(n) : "memory"); }
+#define EXC_GO_ARRIVE(c) if (c) exc_go_arrive((NW + 1) * 32);
+#define EXC_GO_WAIT exc_go_wait((NW + 1) * 32);
+#else
+#define EXC_GO_ARRIVE(c)
+#define EXC_GO_WAIT
+#endif
+
 // Thread-block clusters (cl = 1: the S CTAs of a row group form one cluster and reduce through distributed
 // shared memory instead of the global workspace). Each thread arrives once per barrier phase; a wait
 // returns when every non-exited thread of the cluster has arrived.
@@ -764,7 +777,11 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
              int M, int N, int K, int S, uint32_t TL, uint32_t TH, int dbg, int pf, int cl) {
   static_assert(PIPE >= 0 && PIPE <= 5, "PIPE is 0..5");
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
+#ifdef MUSE_EXC_EC2
+  constexpr int EC = NB >= 2 ? 2 : 4;  // A/B (session 14): chunks of 2 entries at NB = 2 too
+#else
   constexpr int EC = NB == 4 ? 2 : 4;  // exception chunk: EC entries x NB*4 tokens of x in flight per lane
+#endif
 #ifdef MUSE_EXC_WALK1
   constexpr bool PWALK = false;  // A/B: the R = 1 walk at every R (the walk shipped until session 12)
 #else
@@ -794,6 +811,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         asm volatile("prefetch.global.L1 [%0];" ::"l"(esc + beg[r]));
     }
     pdl_wait();
+    EXC_GO_WAIT
     // a chunk's corrections into ea, entries in k order (entries outside [klo, khi) add nothing)
     auto fma_chunk = [&](float (&ea)[NB * 4], const int2 (&e)[EC], const float (&xv)[EC][NB * 4]) {
 #pragma unroll
@@ -919,6 +937,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #pragma unroll
           for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, TL, TH);
         }
+        EXC_GO_ARRIVE(i == 0)
       }
     } else {
       constexpr bool XAHEAD = PIPE >= 4;
@@ -941,6 +960,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         for (int u = 0; u < UG; u++)
 #pragma unroll
           for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], TL, TH);
+        EXC_GO_ARRIVE(i == 0)
 #pragma unroll
         for (int u = 0; u < UG; u++)
 #pragma unroll
