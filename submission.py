@@ -233,18 +233,9 @@ __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.lau
 // kernel may write or read (x, out, ws, sem) is touched only after this; weights may be read before.
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
-#ifdef MUSE_EXC_LATE
-// A/B (session 14): the exception warp starts its walk once every streaming warp has finished its first trip
-// (named barrier 1: the streaming threads arrive, the exception warp syncs), so its x misses do not meet the
-// streaming warps' first x misses.
-__device__ __forceinline__ void exc_go_arrive(int n) { asm volatile("bar.arrive 1, %0;" ::"r"(n) : "memory"); }
-__device__ __forceinline__ void exc_go_wait(int n) { asm volatile("bar.sync 1, %0;" ::"r"(n) : "memory"); }
-#define EXC_GO_ARRIVE(c) if (c) exc_go_arrive((NW + 1) * 32);
-#define EXC_GO_WAIT exc_go_wait((NW + 1) * 32);
-#else
-#define EXC_GO_ARRIVE(c)
-#define EXC_GO_WAIT
-#endif
+// Named barrier 1 (0 is __syncthreads): n threads in all, arrivals from some warps and a sync in others.
+__device__ __forceinline__ void named_bar_arrive1(int n) { asm volatile("bar.arrive 1, %0;" ::"r"(n) : "memory"); }
+__device__ __forceinline__ void named_bar_sync1(int n) { asm volatile("bar.sync 1, %0;" ::"r"(n) : "memory"); }
 
 // Thread-block clusters (cl = 1: the S CTAs of a row group form one cluster and reduce through distributed
 // shared memory instead of the global workspace). Each thread arrives once per barrier phase; a wait
@@ -777,10 +768,11 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
              int M, int N, int K, int S, uint32_t TL, uint32_t TH, int dbg, int pf, int cl) {
   static_assert(PIPE >= 0 && PIPE <= 5, "PIPE is 0..5");
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
-#ifdef MUSE_EXC_EC2
-  constexpr int EC = NB >= 2 ? 2 : 4;  // A/B (session 14): chunks of 2 entries at NB = 2 too
-#else
   constexpr int EC = NB == 4 ? 2 : 4;  // exception chunk: EC entries x NB*4 tokens of x in flight per lane
+#ifdef MUSE_EXC_EARLY
+  constexpr bool LATE = false;  // A/B: the walk starts at the wait at every NB (the kernel until session 13)
+#else
+  constexpr bool LATE = NB >= 2;  // the walk starts once every streaming warp is through its first trip
 #endif
 #ifdef MUSE_EXC_WALK1
   constexpr bool PWALK = false;  // A/B: the R = 1 walk at every R (the walk shipped until session 12)
@@ -811,7 +803,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         asm volatile("prefetch.global.L1 [%0];" ::"l"(esc + beg[r]));
     }
     pdl_wait();
-    EXC_GO_WAIT
+    if constexpr (LATE) named_bar_sync1((NW + 1) * 32);
     // a chunk's corrections into ea, entries in k order (entries outside [klo, khi) add nothing)
     auto fma_chunk = [&](float (&ea)[NB * 4], const int2 (&e)[EC], const float (&xv)[EC][NB * 4]) {
 #pragma unroll
@@ -916,6 +908,11 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
     const bf16* xr[NB];
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) xr[nb] = x + (size_t)min(nb * 8 + g, M - 1) * K + g0 * 64 + t * 8;
+#ifdef MUSE_EXC_LATE2
+    const int go_trip = KGW > UG ? UG : 0;  // A/B: the exception warp goes after the second trip
+#else
+    const int go_trip = 0;  // LATE: the trip after whose MMAs this warp lets the exception warp go
+#endif
     float acc[R][NB][4];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -937,7 +934,8 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #pragma unroll
           for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, TL, TH);
         }
-        EXC_GO_ARRIVE(i == 0)
+        if constexpr (LATE)
+          if (i == go_trip) named_bar_arrive1((NW + 1) * 32);
       }
     } else {
       constexpr bool XAHEAD = PIPE >= 4;
@@ -960,7 +958,8 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         for (int u = 0; u < UG; u++)
 #pragma unroll
           for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], TL, TH);
-        EXC_GO_ARRIVE(i == 0)
+        if constexpr (LATE)
+          if (i == go_trip) named_bar_arrive1((NW + 1) * 32);
 #pragma unroll
         for (int u = 0; u < UG; u++)
 #pragma unroll
