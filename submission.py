@@ -536,12 +536,12 @@ __device__ __forceinline__ void store_tile(void* __restrict__ out, float4 v, int
 // ---- MUSE_TRACE (tools/trace_chain.py only; the shipped build never defines it) ------------------
 // Thread 0 of every CTA records when it starts, passes pdl_wait, has its first batch of weights and then its first x
 // in registers, has its partials in shared memory, passes the CTA barrier, is through the split-K combine, and is
-// done (%globaltimer at 3 points, clock64 at all 8), with the CTA's coordinates, its SM and whether it stored. The
-// slot (12 u64) is the CTA's own, in the layer's workspace after the split-K area any config of the layer may use
+// done (%globaltimer at 3 points, clock64 at all 8), with the CTA's coordinates, its SM and whether it stored, and
+// (gemvz) when its exception warp reached the CTA barrier (clock64; 0 elsewhere). The slot (14 u64) is the CTA's own, in the layer's workspace after the split-K area any config of the layer may use
 // (N/16 x S x 128 float4): plain stores at the CTA's end, no atomics. trace_chain.py grows every copy's workspace
 // to hold the slots of all its CTAs.
 #ifdef MUSE_TRACE
-struct MuseTrace { unsigned long long g[3], c[8]; };
+struct MuseTrace { unsigned long long g[3], c[8], e = 0; };  // e: gemvz's exception warp at the CTA barrier
 __device__ __forceinline__ unsigned long long muse_gtimer() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -558,23 +558,32 @@ __device__ __forceinline__ void muse_trace_flush(const MuseTrace& tr, float4* ws
   unsigned sm;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
   unsigned long long* o = reinterpret_cast<unsigned long long*>(ws + (size_t)(N / 16) * S * 128) +
-                          ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 12;
+                          ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 14;
   for (int i = 0; i < 3; i++) o[i] = tr.g[i];
   for (int i = 0; i < 8; i++) o[3 + i] = tr.c[i];
   o[11] = blockIdx.x | ((unsigned long long)blockIdx.y << 16) | ((unsigned long long)sm << 32) |
           ((unsigned long long)stored << 48);
+  o[12] = tr.e;
+  o[13] = 0;
 }
 #define TR_G(i) if (threadIdx.x == 0) tr_.g[i] = muse_gtimer();
 #define TR_C(i) if (threadIdx.x == 0) tr_.c[i] = clock64();
 #define TR_ARRIVED(first, wv, xv) \
   if ((first) && threadIdx.x == 0) { tr_.c[6] = muse_after(wv); tr_.c[7] = muse_after(xv); }
 #define TR_FLUSH(stored) if (threadIdx.x == 0) muse_trace_flush(tr_, ws, N, S, stored);
+// gemvz: the exception warp's lane 0 notes when it reaches the CTA barrier; thread 0 reads it after the barrier
+#define TR_EXC_DECL __shared__ unsigned long long tr_exc_;
+#define TR_EXC_END if (lane == 0) tr_exc_ = clock64();
+#define TR_EXC_READ if (threadIdx.x == 0) tr_.e = tr_exc_;
 #else
 struct MuseTrace {};  // nothing recorded: an empty argument the compiler drops
 #define TR_G(i)
 #define TR_C(i)
 #define TR_ARRIVED(first, wv, xv)
 #define TR_FLUSH(stored)
+#define TR_EXC_DECL
+#define TR_EXC_END
+#define TR_EXC_READ
 #endif
 
 // The end of both GEMVs: the split-K combine (cluster or ticket), then the CTA that holds the sums stores them.
@@ -789,6 +798,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   const int KG = K / 64, KGS = KG / S, KGW = KGS / NW;
   __shared__ float4 red[NW][P];
   __shared__ float ecorr[R * 16][NB * 8 + 1];  // +1: the 16 rows of a block land in 16 different banks
+  TR_EXC_DECL
 
   if (warp == NW) {
     const int rl = lane & 15, p = lane >> 4;
@@ -882,6 +892,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
       }
     }
+    TR_EXC_END
   } else {
     const int g0 = sidx * KGS + warp * KGW;
     const size_t rstride = (size_t)KG * 96;
@@ -981,6 +992,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   }
   __syncthreads();  // red and ecorr are both complete after this one barrier
   TR_C(3)
+  TR_EXC_READ
 
   float4 res[J];  // threads of the exception warp (tid >= NT) hold no position
   sum_warps<NW, P, NT, J>(res, red);

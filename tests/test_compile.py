@@ -114,6 +114,34 @@ def test_exception_walk_of_two_row_blocks_is_branch_free(tmp_path):
     assert parts[False]["ldg"] > parts[True]["ldg"], parts   # the first chunks of both row blocks at once
 
 
+@needs_nvcc
+def test_exception_walk_starts_after_the_first_trip_at_two_token_blocks():
+    # session 14 (NOTES.md): at NB >= 2 the exception warp syncs on named barrier 1 right after its wait, and the
+    # streaming warps arrive on it once (after their first trip); at NB = 1 neither (the walk starts at the wait).
+    import pathlib
+    import sys
+    pytest.importorskip("triton")
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
+    import sass
+    code = sass.sass_of(submission.KERNEL_SRC, [("gemvz", (4, 2, 2, 2, 2)), ("gemvz", (8, 1, 1, 2, 5))])
+    seen = set()
+    for name, lines in code.items():
+        if "gemvz_kernel" not in name:
+            continue
+        nb2 = "gemvz_kernelILi4ELi2ELi2ELi2ELi2E" in name
+        arv = [i for i, l in enumerate(lines) if re.search(r"BAR\.ARV 0x1\b", l)]
+        syn = [i for i, l in enumerate(lines) if re.search(r"BAR\.SYNC\S* 0x1\b", l)]
+        acq = sass.counts(lines)["acqbulk"]
+        if nb2:
+            assert len(arv) >= 1 and len(syn) == 1 and len(acq) == 2 and syn[0] > acq[1], (arv, syn, acq)
+            part = sass.exception_part(lines)   # its walk, past the go barrier, up to the CTA barrier
+            assert part and sass.counts(part)["ldg_predicated"] >= 40, sass.counts(part or [])
+        else:
+            assert not arv and not syn, (arv, syn)
+        seen.add(nb2)
+    assert seen == {True, False}
+
+
 def _pdl_probe():
     import pathlib
     import sys

@@ -463,7 +463,7 @@ def test_trace_chain_sources_and_analysis():
             g0, g1, g2 = 3000 * i - 1000, 3000 * i + 500 + 10 * c, 3000 * (i + 1) - 100 * c
             c1 = 2 * g1
             rows.append([g0, g1, g2, 2 * g0, c1, c1 + 1000, c1 + 1100, c1 + 1400, 2 * g2, c1 + 200 * c, c1 + 600,
-                         c | ((c == 0) << 48)])
+                         c | ((c == 0) << 48), 0, 0])
         launches.append(torch.tensor(rows))
     a = T.analyse(launches)
     assert (a["launches"], a["period"], a["gap"], a["crit"], a["early"]) == (3, 3000, 500, 2500, 1500)
@@ -474,6 +474,11 @@ def test_trace_chain_sources_and_analysis():
         t[1, 11] |= 3 << 32
     a = T.analyse(launches)
     assert a["sm_end"] == {1: (2450, 2.0)} and a["sm_tail"] == 50
+    assert a["exc"] == []                   # word 12 = 0: no exception warp (gemv)
+    for t in launches:                      # gemvz: its exception warp at the barrier 1050 cycles after the release
+        t[:, 12] = t[:, 4] + 1050
+    a = T.analyse(launches)                 # warp 0's partials at +1000, the barrier at +1100
+    assert (a["exc"], a["exc_to_bar"], a["w0_to_bar"]) == ([25.0] * 6, [25.0] * 6, [50.0] * 6)
     # occupancy by registers: 92 registers x 9 warps fit twice in 65536, 114 (allocated as 120) only once
     assert (T.ctas_by_registers(92, 288), T.ctas_by_registers(114, 288), T.ctas_by_registers(72, 160)) == (2, 1, 5)
 

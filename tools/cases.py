@@ -1,5 +1,6 @@
 """The case spec the tools share (ncu_case, sweep_field, trace_chain): 'layer:m[:plain|compressed][:field=value...]',
-a scored layer at m, optionally forced onto one CUDA path, its tabled config with fields replaced."""
+a scored layer at m, optionally forced onto one CUDA path, its tabled config with fields replaced; the field dbg sets
+the layer's debug switch instead (dbg=1: gemvz skips the corrections)."""
 import torch
 
 import judge
@@ -33,9 +34,12 @@ def prepare(spec, copies=None, seed=7):
     w = judge.trained_like(d["N"], d["K"], seed, "cuda", torch.float32 if dual else torch.bfloat16)
     n = judge.copies_for(d["N"] * d["K"] * 2 * (2 if dual else 1)) if copies is None else copies
     Ls = [S.prepare(name, w, path=path) for _ in range(n)]
-    if fields:
-        for L in Ls:
+    dbg = fields.pop("dbg", None)                   # dbg=1: gemvz skips the corrections (wrong results: timing only)
+    for L in Ls:
+        if fields:
             L.set_config(m, L.plan(m).config._replace(**fields))
+        if dbg is not None:
+            L.dbg = dbg
     return Ls, m, judge.fresh_x(m, d["K"], 11 + m, "cuda")
 
 

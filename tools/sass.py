@@ -81,12 +81,13 @@ def counts(lines):
 
 
 def exception_part(lines):
-    """gemvz_kernel's exception-warp code: from its griddepcontrol.wait (the second ACQBULK) to the next BAR.SYNC;
+    """gemvz_kernel's exception-warp code: from its griddepcontrol.wait (the second ACQBULK) to the next BAR.SYNC on
+    barrier 0 (the CTA's barrier; at NB >= 2 the walk first syncs on named barrier 1, the streaming warps' go);
     None when the kernel has no second wait."""
     acq = counts(lines)["acqbulk"]
     if len(acq) < 2:
         return None
-    b = next((i for i in range(acq[1], len(lines)) if "BAR.SYNC" in lines[i]), len(lines))
+    b = next((i for i in range(acq[1], len(lines)) if re.search(r"BAR\.SYNC\S* 0x0\b", lines[i])), len(lines))
     return lines[acq[1]:b]
 
 
@@ -97,7 +98,7 @@ def summary(name, lines):
     part = exception_part(lines) if "gemvz_kernel" in name else None
     if part is not None:
         e = counts(part)
-        s += (f"\n    exception warp (its wait .. the next BAR.SYNC): {e['instructions']} instructions, {e['ldg']} LDG "
+        s += (f"\n    exception warp (its wait .. the next BAR.SYNC 0x0): {e['instructions']} instructions, {e['ldg']} LDG "
               f"({e['ldg_predicated']} predicated), {e['bra']} BRA")
     return s
 

@@ -1,7 +1,7 @@
 """Where the time of back-to-back calls goes: each CTA's thread 0 timestamps its start, the release of
 griddepcontrol.wait, its first weights and then its first x in registers, partials in shared memory, the CTA
 barrier, the split-K combine and its end, in a build of the kernels with MUSE_TRACE defined (the shipped build
-compiles the hooks to nothing: same PTX). Each CTA stores its slot (12 u64) into its own layer copy's workspace, which this tool grows for that. One replay of a graph of
+compiles the hooks to nothing: same PTX). Each CTA stores its slot (14 u64) into its own layer copy's workspace, which this tool grows for that. One replay of a graph of
 P back-to-back calls (P copies, as SPEC times them) is traced after three warm-up replays.
 
     python tools/trace_chain.py router:1 pooler:1 router:1:nw=8:u=4
@@ -63,7 +63,7 @@ def occupancy_note(shipped, traced, plan, m, dual):
 
 def trace_region(L, m):
     """(first float4 of the CTA slots in L.ws, CTAs of one launch) for L's plan at m (see MUSE_TRACE in
-    submission.KERNEL_SRC: the slots follow the split-K area, N/16 x S x 128 float4; 12 u64 = 6 float4 a CTA)."""
+    submission.KERNEL_SRC: the slots follow the split-K area, N/16 x S x 128 float4; 14 u64 = 7 float4 a CTA)."""
     c = L.plan(m).config
     return L.N // 16 * c.s * 128, L.N // (16 * c.r) * c.s
 
@@ -77,7 +77,7 @@ def p90(v):
 
 
 def analyse(launches):
-    """launches: one [CTAs, 12] int64 tensor of slots per launch, in launch (graph) order."""
+    """launches: one [CTAs, 14] int64 tensor of slots per launch, in launch (graph) order."""
     by = {i: t.tolist() for i, t in enumerate(launches)}
     if len(by) < 2:
         raise SystemExit(f"[trace] only {len(by)} launches recorded: nothing to compare")
@@ -92,7 +92,8 @@ def analyse(launches):
         early.append(first_rel[b] - start[b])
         period.append(end[b] - end[a])
     ratio = med([(r[2] - r[0]) / (r[8] - r[3]) for i in L for r in by[i] if r[8] > r[3]])   # ns per cycle
-    # clock64 columns: 3 start, 4 released, 5 partials, 6 barrier, 7 combined, 8 end, 9 weights in, 10 x in
+    # clock64 columns: 3 start, 4 released, 5 partials, 6 barrier, 7 combined, 8 end, 9 weights in, 10 x in,
+    # 12 gemvz's exception warp at the barrier (0: none)
     cta = [r for i in L for r in by[i]]
     ph = lambda j, k, sel=None, f=med: f([(r[3 + k] - r[3 + j]) * ratio for r in cta if sel is None or sel(r)])
     stored = lambda r: (r[11] >> 48) & 1
@@ -118,6 +119,9 @@ def analyse(launches):
         "combine_store": ph(3, 4, lambda r: stored(r)), "combine_other": ph(3, 4, lambda r: not stored(r)),
         "store": ph(4, 5, lambda r: stored(r)), "ns_per_cycle": ratio, "gt_res": res,
         "sm_end": {n: (med(v), len(v) / len(L)) for n, v in sorted(sm_end.items())}, "sm_tail": med(tails),
+        # the exception warp against streaming warp 0 (thread 0's partials) and the barrier's release
+        "exc": [(r[12] - r[5]) * ratio for r in cta if r[12]], "exc_to_bar": [(r[6] - r[12]) * ratio for r in cta if r[12]],
+        "w0_to_bar": [(r[6] - r[5]) * ratio for r in cta if r[12]],
     }
 
 
@@ -132,7 +136,7 @@ def run_case(spec, shipped):
         return
     base, ctas = trace_region(Ls[0], m)
     for Lc in Ls:                                   # the traced build writes every CTA's slot after the split-K area
-        Lc.ws = torch.zeros((base + 6 * ctas, 4), dtype=torch.float32, device=Lc.device)
+        Lc.ws = torch.zeros((base + 7 * ctas, 4), dtype=torch.float32, device=Lc.device)
     ms, _ = judge.time_graph([lambda Lc=Lc: S.kernel_fn(x, Lc) for Lc in Ls], 10)
     g, _ = judge.capture(lambda: [S.kernel_fn(x, Lc) for Lc in Ls])
     for _ in range(3):
@@ -141,7 +145,7 @@ def run_case(spec, shipped):
         Lc.ws[base:].zero_()                        # a slot the traced replay did not write stays zero
     g.replay()
     torch.cuda.synchronize()
-    launches = [Lc.ws[base:].contiguous().view(torch.int64).view(ctas, 12).cpu() for Lc in Ls]
+    launches = [Lc.ws[base:].contiguous().view(torch.int64).view(ctas, 14).cpu() for Lc in Ls]
     missing = sum(int((t[:, 2] == 0).sum()) for t in launches)
     if missing:
         raise SystemExit(f"[trace] {spec}: {missing} CTA slots were not written")
@@ -160,6 +164,13 @@ def run_case(spec, shipped):
     per_n = "; ".join(f"{n} CTA{'s' if n > 1 else ''}: {e / 1e3:.2f} us ({k:.0f} SMs)" for n, (e, k) in a["sm_end"].items())
     print(f"  per SM (globaltimer, medians): last CTA end after the release, by the launch's CTAs on the SM: {per_n}; "
           f"last SM end - median SM end {a['sm_tail'] / 1e3:.2f} us", flush=True)
+    if a["exc"]:
+        late = sum(v > 0 for v in a["exc"]) / len(a["exc"])
+        last = sum(v < 100 for v in a["exc_to_bar"]) / len(a["exc_to_bar"])
+        print(f"  exception warp (gemvz, per CTA, medians): at the barrier {med(a['exc']) / 1e3:+.2f} us after streaming "
+              f"warp 0 (p90 {p90(a['exc']) / 1e3:+.2f}; later than warp 0 in {late:.0%} of CTAs); barrier released "
+              f"{med(a['exc_to_bar']) / 1e3:.2f} us after it (within 0.1 us in {last:.0%} of CTAs); warp 0 waited "
+              f"{med(a['w0_to_bar']) / 1e3:.2f} us", flush=True)
     if note:
         print(note, flush=True)
 
