@@ -836,7 +836,14 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #pragma unroll
           for (int q = 0; q < NB * 4; q++) {
             const int tok = p + 2 * q;
-            xv[c][q] = ld_x1_if(x + (size_t)tok * K + e[c].x, e[c].x >= klo && e[c].x < khi && tok < M);
+#if defined(MUSE_EXCX_ONE)  // timing only (wrong results): every x load of the walk reads one line, x[0][klo]
+            const bf16* xp = x + klo;
+#elif defined(MUSE_EXCX_HIT)  // timing only: token p's line for every q (as many lines per load, mostly L1 hits)
+            const bf16* xp = x + (size_t)p * K + e[c].x;
+#else
+            const bf16* xp = x + (size_t)tok * K + e[c].x;
+#endif
+            xv[c][q] = ld_x1_if(xp, e[c].x >= klo && e[c].x < khi && tok < M);
           }
       };
       int2 e0[R][EC];
