@@ -783,6 +783,11 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #else
   constexpr bool LATE = NB >= 2;  // the walk starts once every streaming warp is through its first trip
 #endif
+#ifdef MUSE_EXC_TSYNC
+  constexpr bool TSYNC = NB >= 2;  // A/B (session 14): the walk follows the stream trip by trip (x from L1)
+#else
+  constexpr bool TSYNC = false;
+#endif
 #ifdef MUSE_EXC_WALK1
   constexpr bool PWALK = false;  // A/B: the R = 1 walk at every R (the walk shipped until session 12)
 #else
@@ -799,6 +804,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   __shared__ float4 red[NW][P];
   __shared__ float ecorr[R * 16][NB * 8 + 1];  // +1: the 16 rows of a block land in 16 different banks
   TR_EXC_DECL
+  __shared__ int prog[TSYNC ? NW : 1];  // TSYNC: groups each streaming warp is through (its lane 0 writes it)
 
   if (warp == NW) {
     const int rl = lane & 15, p = lane >> 4;
@@ -824,7 +830,51 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
           for (int q = 0; q < NB * 4; q++) ea[q] += d * xv[c][q];  // tok >= M: never stored
         }
     };
-    if constexpr (PWALK) {
+    if constexpr (TSYNC) {
+      // After each trip of the streaming warps (every warp through groups t .. t+UG-1 of its KGW), the corrections
+      // whose k lies in those groups of any warp's range, while the x lines the warps just read are in L1. Per row:
+      // trips in order, entries in k order within a trip.
+      float ea[R][NB * 4];
+#pragma unroll
+      for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int q = 0; q < NB * 4; q++) ea[r][q] = 0.f;
+      const volatile int* vprog = prog;
+      for (int t = 0; t < KGW; t += UG) {
+        if (t > 0) {
+          for (;;) {  // until every streaming warp is through trip t (the go barrier covered trip 0)
+            int mn = vprog[0];
+#pragma unroll
+            for (int w = 1; w < NW; w++) mn = min(mn, vprog[w]);
+            if (mn >= t + UG) break;
+            __nanosleep(64);
+          }
+        }
+        if (dbg & 1) continue;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+          for (int j = beg[r]; j < end[r]; j++) {
+            const int2 e = __ldg(esc + j);
+            if (e.x < klo) continue;
+            if (e.x >= khi) break;
+            const int tw = (e.x / 64 - sidx * KGS) % KGW;  // the group's place in its warp's range
+            if (tw < t || tw >= t + UG) continue;
+            float xv[NB * 4];
+#pragma unroll
+            for (int q = 0; q < NB * 4; q++) {
+              const int tok = p + 2 * q;
+              xv[q] = tok < M ? __bfloat162float(x[(size_t)tok * K + e.x]) : 0.f;
+            }
+            const float d = __int_as_float(e.y);
+#pragma unroll
+            for (int q = 0; q < NB * 4; q++) ea[r][q] += d * xv[q];
+          }
+      }
+#pragma unroll
+      for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[r][q];
+    } else if constexpr (PWALK) {
       // R >= 2 (session 13, NOTES.md): the first chunk of every row block at once after the wait, with every load
       // predicated in the PTX itself (rewrites that came out with branches around their x loads lost in session 12).
       // Same entries, same order, same FMAs as the walk below.
@@ -952,6 +1002,8 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #pragma unroll
           for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, TL, TH);
         }
+        if constexpr (TSYNC)
+          if (lane == 0) *(volatile int*)&prog[warp] = i + UG;
         if constexpr (LATE)
           if (i == go_trip) named_bar_arrive1((NW + 1) * 32);
       }
@@ -976,6 +1028,8 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         for (int u = 0; u < UG; u++)
 #pragma unroll
           for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], TL, TH);
+        if constexpr (TSYNC)
+          if (lane == 0) *(volatile int*)&prog[warp] = i + UG;
         if constexpr (LATE)
           if (i == go_trip) named_bar_arrive1((NW + 1) * 32);
 #pragma unroll
