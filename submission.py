@@ -767,6 +767,10 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
 //     x values, are loaded before its first FMA (one chain of two loads per chunk, not per entry). R >= 2: the
 //     first chunks of all R blocks are loaded at once, every load predicated in the PTX (no branch around it;
 //     o_proj m=8 7.1 -> 6.7 us, NOTES.md session 13); R = 1: a block at a time (the predicated form ties or loses).
+//     NB >= 2: the walk starts once every streaming warp is through its first trip (named barrier 1: they arrive,
+//     it syncs), away from their first x misses: o_proj m=16 -0.1 us (NOTES.md session 14); at NB = 1 it starts at
+//     the wait (the late start lost up to 0.35 us there). The walk is never the CTA's last warp at the barrier; what it
+//     costs (0.2-0.5 us at m=16) is its L2 requests slowing the stream (session 14's trace and timing-only variants).
 // An out-of-window weight decodes to a fixed in-window value v (+0 when the window holds zero);
 // prepare verified fl32(v + correction) == W for every one of them. dbg & 1 skips the corrections.
 // Lab: labs/lab3_compress.py (format, decz, the kernel in miniature).
@@ -782,11 +786,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   constexpr bool LATE = false;  // A/B: the walk starts at the wait at every NB (the kernel until session 13)
 #else
   constexpr bool LATE = NB >= 2;  // the walk starts once every streaming warp is through its first trip
-#endif
-#ifdef MUSE_EXC_TSYNC
-  constexpr bool TSYNC = NB >= 2;  // A/B (session 14): the walk follows the stream trip by trip (x from L1)
-#else
-  constexpr bool TSYNC = false;
 #endif
 #ifdef MUSE_EXC_WALK1
   constexpr bool PWALK = false;  // A/B: the R = 1 walk at every R (the walk shipped until session 12)
@@ -804,7 +803,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   __shared__ float4 red[NW][P];
   __shared__ float ecorr[R * 16][NB * 8 + 1];  // +1: the 16 rows of a block land in 16 different banks
   TR_EXC_DECL
-  __shared__ int prog[TSYNC ? NW : 1];  // TSYNC: groups each streaming warp is through (its lane 0 writes it)
 
   if (warp == NW) {
     const int rl = lane & 15, p = lane >> 4;
@@ -830,51 +828,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
           for (int q = 0; q < NB * 4; q++) ea[q] += d * xv[c][q];  // tok >= M: never stored
         }
     };
-    if constexpr (TSYNC) {
-      // After each trip of the streaming warps (every warp through groups t .. t+UG-1 of its KGW), the corrections
-      // whose k lies in those groups of any warp's range, while the x lines the warps just read are in L1. Per row:
-      // trips in order, entries in k order within a trip.
-      float ea[R][NB * 4];
-#pragma unroll
-      for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int q = 0; q < NB * 4; q++) ea[r][q] = 0.f;
-      const volatile int* vprog = prog;
-      for (int t = 0; t < KGW; t += UG) {
-        if (t > 0) {
-          for (;;) {  // until every streaming warp is through trip t (the go barrier covered trip 0)
-            int mn = vprog[0];
-#pragma unroll
-            for (int w = 1; w < NW; w++) mn = min(mn, vprog[w]);
-            if (mn >= t + UG) break;
-            __nanosleep(64);
-          }
-        }
-        if (dbg & 1) continue;
-#pragma unroll
-        for (int r = 0; r < R; r++)
-          for (int j = beg[r]; j < end[r]; j++) {
-            const int2 e = __ldg(esc + j);
-            if (e.x < klo) continue;
-            if (e.x >= khi) break;
-            const int tw = (e.x / 64 - sidx * KGS) % KGW;  // the group's place in its warp's range
-            if (tw < t || tw >= t + UG) continue;
-            float xv[NB * 4];
-#pragma unroll
-            for (int q = 0; q < NB * 4; q++) {
-              const int tok = p + 2 * q;
-              xv[q] = tok < M ? __bfloat162float(x[(size_t)tok * K + e.x]) : 0.f;
-            }
-            const float d = __int_as_float(e.y);
-#pragma unroll
-            for (int q = 0; q < NB * 4; q++) ea[r][q] += d * xv[q];
-          }
-      }
-#pragma unroll
-      for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[r][q];
-    } else if constexpr (PWALK) {
+    if constexpr (PWALK) {
       // R >= 2 (session 13, NOTES.md): the first chunk of every row block at once after the wait, with every load
       // predicated in the PTX itself (rewrites that came out with branches around their x loads lost in session 12).
       // Same entries, same order, same FMAs as the walk below.
@@ -886,14 +840,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #pragma unroll
           for (int q = 0; q < NB * 4; q++) {
             const int tok = p + 2 * q;
-#if defined(MUSE_EXCX_ONE)  // timing only (wrong results): every x load of the walk reads one line, x[0][klo]
-            const bf16* xp = x + klo;
-#elif defined(MUSE_EXCX_HIT)  // timing only: token p's line for every q (as many lines per load, mostly L1 hits)
-            const bf16* xp = x + (size_t)p * K + e[c].x;
-#else
-            const bf16* xp = x + (size_t)tok * K + e[c].x;
-#endif
-            xv[c][q] = ld_x1_if(xp, e[c].x >= klo && e[c].x < khi && tok < M);
+            xv[c][q] = ld_x1_if(x + (size_t)tok * K + e[c].x, e[c].x >= klo && e[c].x < khi && tok < M);
           }
       };
       int2 e0[R][EC];
@@ -976,11 +923,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
     const bf16* xr[NB];
 #pragma unroll
     for (int nb = 0; nb < NB; nb++) xr[nb] = x + (size_t)min(nb * 8 + g, M - 1) * K + g0 * 64 + t * 8;
-#ifdef MUSE_EXC_LATE2
-    const int go_trip = KGW > UG ? UG : 0;  // A/B: the exception warp goes after the second trip
-#else
-    const int go_trip = 0;  // LATE: the trip after whose MMAs this warp lets the exception warp go
-#endif
     float acc[R][NB][4];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -1002,10 +944,8 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #pragma unroll
           for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, TL, TH);
         }
-        if constexpr (TSYNC)
-          if (lane == 0) *(volatile int*)&prog[warp] = i + UG;
         if constexpr (LATE)
-          if (i == go_trip) named_bar_arrive1((NW + 1) * 32);
+          if (i == 0) named_bar_arrive1((NW + 1) * 32);  // the exception warp may go
       }
     } else {
       constexpr bool XAHEAD = PIPE >= 4;
@@ -1028,10 +968,8 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         for (int u = 0; u < UG; u++)
 #pragma unroll
           for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], TL, TH);
-        if constexpr (TSYNC)
-          if (lane == 0) *(volatile int*)&prog[warp] = i + UG;
         if constexpr (LATE)
-          if (i == go_trip) named_bar_arrive1((NW + 1) * 32);
+          if (i == 0) named_bar_arrive1((NW + 1) * 32);  // the exception warp may go
 #pragma unroll
         for (int u = 0; u < UG; u++)
 #pragma unroll
