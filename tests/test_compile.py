@@ -245,7 +245,7 @@ def test_sass_tool_disassembles_and_finds_both_waits_of_gemvz():
     assert c["instructions"] > 500 and c["ldg"] > 0
     assert len(c["acqbulk"]) == 2, c["acqbulk"]
     text = sass.summary(name, code[name])
-    assert "exception warp (its wait .. the next BAR.SYNC)" in text
+    assert "exception warp (its wait .. the next BAR.SYNC 0x0)" in text
     # a source change shows in the counts: without the exception warp's esc prefetch there is no CCTL before its wait
     changed = submission.KERNEL_SRC.replace('asm volatile("prefetch.global.L1 [%0];" ::"l"(esc + beg[r]));', ";")
     assert changed != submission.KERNEL_SRC
