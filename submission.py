@@ -537,9 +537,10 @@ __device__ __forceinline__ void store_tile(void* __restrict__ out, float4 v, int
 // Thread 0 of every CTA records when it starts, passes pdl_wait, has its first batch of weights and then its first x
 // in registers, has its partials in shared memory, passes the CTA barrier, is through the split-K combine, and is
 // done (%globaltimer at 3 points, clock64 at all 8), with the CTA's coordinates, its SM and whether it stored, and
-// (gemvz) when its exception warp reached the CTA barrier (clock64; 0 elsewhere). The slot (14 u64) is the CTA's own, in the layer's workspace after the split-K area any config of the layer may use
-// (N/16 x S x 128 float4): plain stores at the CTA's end, no atomics. trace_chain.py grows every copy's workspace
-// to hold the slots of all its CTAs.
+// (gemvz) when its exception warp reached the CTA barrier (clock64; 0 elsewhere). The slot (14 u64) is the CTA's
+// own, in the layer's workspace after the split-K area any config of the layer may use (N/16 x S x 128 float4):
+// plain stores at the CTA's end, no atomics. trace_chain.py grows every copy's workspace to hold the slots of all
+// its CTAs.
 #ifdef MUSE_TRACE
 struct MuseTrace { unsigned long long g[3], c[8], e = 0; };  // e: gemvz's exception warp at the CTA barrier
 __device__ __forceinline__ unsigned long long muse_gtimer() {
@@ -928,6 +929,11 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
     for (int r = 0; r < R; r++)
 #pragma unroll
       for (int nb = 0; nb < NB; nb++) acc[r][nb][0] = acc[r][nb][1] = acc[r][nb][2] = acc[r][nb][3] = 0.f;
+    // LATE: every streaming thread arrives on named barrier 1 once, after its first trip's MMAs (its x is in)
+    auto let_exception_warp_go = [&](int i) {
+      if constexpr (LATE)
+        if (i == 0) named_bar_arrive1((NW + 1) * 32);
+    };
 
     if constexpr (PIPE == 0 || PIPE == 3) {
       for (int i = 0; i < KGW; i += UG) {
@@ -944,8 +950,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #pragma unroll
           for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, TL, TH);
         }
-        if constexpr (LATE)
-          if (i == 0) named_bar_arrive1((NW + 1) * 32);  // the exception warp may go
+        let_exception_warp_go(i);
       }
     } else {
       constexpr bool XAHEAD = PIPE >= 4;
@@ -968,8 +973,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         for (int u = 0; u < UG; u++)
 #pragma unroll
           for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], TL, TH);
-        if constexpr (LATE)
-          if (i == 0) named_bar_arrive1((NW + 1) * 32);  // the exception warp may go
+        let_exception_warp_go(i);
 #pragma unroll
         for (int u = 0; u < UG; u++)
 #pragma unroll
