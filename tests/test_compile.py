@@ -253,3 +253,12 @@ def test_sass_tool_disassembles_and_finds_both_waits_of_gemvz():
     before = lambda lines: sum(1 for l in lines[:sass.counts(lines)["acqbulk"][1]] if "CCTL" in l)
     assert before(code[name]) >= 1
     assert before(code2[name]) == 0
+
+
+@needs_nvcc
+def test_racecheck_named_barrier_probe_compiles(tmp_path):
+    # tools/racecheck_named_barrier.cu (session 14): gemvz's go barrier reduced to two warps, for compute-sanitizer
+    import pathlib
+    src = pathlib.Path(__file__).resolve().parents[1] / "tools" / "racecheck_named_barrier.cu"
+    r = subprocess.run([NVCC, "-arch=sm_90", "-o", str(tmp_path / "rnb"), str(src)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
