@@ -1,8 +1,11 @@
 """The kernel source compiles with nvcc alone (no torch headers) for sm_90a, every instantiation, no spills."""
+import importlib
 import os
+import pathlib
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -11,6 +14,14 @@ import submission
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 needs_nvcc = pytest.mark.skipif(NVCC is None and not os.environ.get("MUSE_REQUIRE_NVCC"),
                                 reason="nvcc not installed (CI sets MUSE_REQUIRE_NVCC=1 and has it)")
+TOOLS = pathlib.Path(__file__).resolve().parents[1] / "tools"
+
+
+def _tool(name):
+    """A module of tools/ (same_code, sass, pdl_probe, tz_probe), imported as the tools import each other."""
+    if str(TOOLS) not in sys.path:
+        sys.path.insert(0, str(TOOLS))
+    return importlib.import_module(name)
 
 
 def _count(block_macro):
@@ -88,12 +99,8 @@ def test_exception_walk_of_two_row_blocks_is_branch_free(tmp_path):
     # gemvz at R >= 2 (session 13: o_proj m=8 7.1 -> 6.7 us) issues its first chunks as predicated loads: the point of
     # that walk (session 12's rewrites with branches around their x loads lost). MUSE_EXC_WALK1 (the A/B's old walk
     # at every R) still compiles without spills.
-    import pathlib
-    import sys
     pytest.importorskip("triton")
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
-    import same_code
-    import sass
+    same_code, sass = _tool("same_code"), _tool("sass")
     src = "#define MUSE_EXC_WALK1\n" + submission.KERNEL_SRC
     insts = [i for i in same_code.table_insts(src) if i[0] == "gemvz" and i[1][4] != 6]
     assert insts
@@ -118,11 +125,8 @@ def test_exception_walk_of_two_row_blocks_is_branch_free(tmp_path):
 def test_exception_walk_starts_after_the_first_trip_at_two_token_blocks():
     # session 14 (NOTES.md): at NB >= 2 the exception warp syncs on named barrier 1 right after its wait, and the
     # streaming warps arrive on it once (after their first trip); at NB = 1 neither (the walk starts at the wait).
-    import pathlib
-    import sys
     pytest.importorskip("triton")
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
-    import sass
+    sass = _tool("sass")
     code = sass.sass_of(submission.KERNEL_SRC, [("gemvz", (4, 2, 2, 2, 2)), ("gemvz", (8, 1, 1, 2, 5))])
     seen = set()
     for name, lines in code.items():
@@ -143,11 +147,7 @@ def test_exception_walk_starts_after_the_first_trip_at_two_token_blocks():
 
 
 def _pdl_probe():
-    import pathlib
-    import sys
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
-    import pdl_probe
-    return pdl_probe
+    return _tool("pdl_probe")
 
 
 @needs_nvcc
@@ -184,10 +184,7 @@ def test_pdl_probe_sizes_are_whole_batches():
 @needs_nvcc
 def test_same_code_tool_tells_identical_from_changed_machine_code(tmp_path):
     # tools/same_code.py: a refactor of GPU-tested kernels ships without a device run only if the code is the same
-    import pathlib
-    import sys
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
-    import same_code
+    same_code = _tool("same_code")
     insts = [("gemv", (4, 4, 4, 2, False, 6))]
     src = submission.KERNEL_SRC
     changed = src.replace("createpolicy.fractional.L2::evict_first", "createpolicy.fractional.L2::evict_last")
@@ -206,11 +203,8 @@ def test_same_code_tool_tells_identical_from_changed_machine_code(tmp_path):
 def test_tz_probe_variants_compile_without_spills(tmp_path):
     # tools/tz_probe.py's timing-only variants of gemvtz_kernel (each drops one part of the consumer loop) must
     # compile, and the shipped variant's source must be KERNEL_SRC itself
-    import sys
-    import pathlib
     import tune
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
-    import tz_probe
+    tz_probe = _tool("tz_probe")
     assert tz_probe.variant_source("") == submission.KERNEL_SRC
     assert all(i[1][-1] == 6 for i in tz_probe.variant_insts("MUSE_TZ_EMPTY"))
     with pytest.raises(SystemExit):
@@ -234,11 +228,8 @@ def test_tz_probe_variants_compile_without_spills(tmp_path):
 def test_sass_tool_disassembles_and_finds_both_waits_of_gemvz():
     # tools/sass.py: SASS on a CPU machine through the cuobjdump in triton's wheel. gemvz_kernel has two
     # griddepcontrol.wait (ACQBULK): the streaming warps' and the exception warp's; the walk's x loads are counted
-    import pathlib
-    import sys
     pytest.importorskip("triton")
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
-    import sass
+    sass = _tool("sass")
     code = sass.sass_of(submission.KERNEL_SRC, [("gemvz", (8, 1, 1, 2, 5))])
     (name,) = [k for k in code if "gemvz_kernel" in k]
     c = sass.counts(code[name])
@@ -258,7 +249,6 @@ def test_sass_tool_disassembles_and_finds_both_waits_of_gemvz():
 @needs_nvcc
 def test_racecheck_named_barrier_probe_compiles(tmp_path):
     # tools/racecheck_named_barrier.cu (session 14): gemvz's go barrier reduced to two warps, for compute-sanitizer
-    import pathlib
-    src = pathlib.Path(__file__).resolve().parents[1] / "tools" / "racecheck_named_barrier.cu"
+    src = TOOLS / "racecheck_named_barrier.cu"
     r = subprocess.run([NVCC, "-arch=sm_90", "-o", str(tmp_path / "rnb"), str(src)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]

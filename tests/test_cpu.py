@@ -453,6 +453,7 @@ def test_trace_chain_sources_and_analysis():
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
     import trace_chain as T
     assert T.traced_source().startswith("#define MUSE_TRACE\n")
+    assert f"blockIdx.x) * {T.SLOT_U64};" in S.KERNEL_SRC     # the slot the kernels write is the one read here
     L = S.Layer("x", torch.zeros(256, 8192))
     L.plans = [None] + [S.PlanEntry("plain", S.GemvConfig(8, 4, 1, 2, 3, 0, 1, 1), "test")] * S.MAX_M
     assert T.trace_region(L, 1) == (256 // 16 * 4 * 128, 256 // 32 * 4)   # after the split-K area; 8 x 4 CTAs

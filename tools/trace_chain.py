@@ -1,8 +1,9 @@
 """Where the time of back-to-back calls goes: each CTA's thread 0 timestamps its start, the release of
 griddepcontrol.wait, its first weights and then its first x in registers, partials in shared memory, the CTA
 barrier, the split-K combine and its end, in a build of the kernels with MUSE_TRACE defined (the shipped build
-compiles the hooks to nothing: same PTX). Each CTA stores its slot (14 u64) into its own layer copy's workspace, which this tool grows for that. One replay of a graph of
-P back-to-back calls (P copies, as SPEC times them) is traced after three warm-up replays.
+compiles the hooks to nothing: same PTX). Each CTA stores its slot (SLOT_U64 = 14 u64) into its own layer copy's
+workspace, which this tool grows for that. One replay of a graph of P back-to-back calls (P copies, as SPEC times
+them) is traced after three warm-up replays.
 
     python tools/trace_chain.py router:1 pooler:1 router:1:nw=8:u=4
     python tools/trace_chain.py --define MUSE_NO_LAND_Z router:1     (a variant, as tools/ab_define.py)
@@ -61,9 +62,12 @@ def occupancy_note(shipped, traced, plan, m, dual):
             f"runs at a different occupancy than the shipped kernel")
 
 
+SLOT_U64 = 14   # one CTA's slot: MUSE_TRACE's muse_trace_flush writes 14 u64 (7 float4 of the workspace)
+
+
 def trace_region(L, m):
     """(first float4 of the CTA slots in L.ws, CTAs of one launch) for L's plan at m (see MUSE_TRACE in
-    submission.KERNEL_SRC: the slots follow the split-K area, N/16 x S x 128 float4; 14 u64 = 7 float4 a CTA)."""
+    submission.KERNEL_SRC: the slots follow the split-K area, N/16 x S x 128 float4; SLOT_U64 a CTA)."""
     c = L.plan(m).config
     return L.N // 16 * c.s * 128, L.N // (16 * c.r) * c.s
 
@@ -77,7 +81,7 @@ def p90(v):
 
 
 def analyse(launches):
-    """launches: one [CTAs, 14] int64 tensor of slots per launch, in launch (graph) order."""
+    """launches: one [CTAs, SLOT_U64] int64 tensor of slots per launch, in launch (graph) order."""
     by = {i: t.tolist() for i, t in enumerate(launches)}
     if len(by) < 2:
         raise SystemExit(f"[trace] only {len(by)} launches recorded: nothing to compare")
@@ -136,7 +140,7 @@ def run_case(spec, shipped):
         return
     base, ctas = trace_region(Ls[0], m)
     for Lc in Ls:                                   # the traced build writes every CTA's slot after the split-K area
-        Lc.ws = torch.zeros((base + 7 * ctas, 4), dtype=torch.float32, device=Lc.device)
+        Lc.ws = torch.zeros((base + SLOT_U64 // 2 * ctas, 4), dtype=torch.float32, device=Lc.device)
     ms, _ = judge.time_graph([lambda Lc=Lc: S.kernel_fn(x, Lc) for Lc in Ls], 10)
     g, _ = judge.capture(lambda: [S.kernel_fn(x, Lc) for Lc in Ls])
     for _ in range(3):
@@ -145,7 +149,7 @@ def run_case(spec, shipped):
         Lc.ws[base:].zero_()                        # a slot the traced replay did not write stays zero
     g.replay()
     torch.cuda.synchronize()
-    launches = [Lc.ws[base:].contiguous().view(torch.int64).view(ctas, 14).cpu() for Lc in Ls]
+    launches = [Lc.ws[base:].contiguous().view(torch.int64).view(ctas, SLOT_U64).cpu() for Lc in Ls]
     missing = sum(int((t[:, 2] == 0).sum()) for t in launches)
     if missing:
         raise SystemExit(f"[trace] {spec}: {missing} CTA slots were not written")
