@@ -236,10 +236,20 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // Named barrier 1 (0 is __syncthreads): n threads in all, arrivals from some warps and a sync in others.
 __device__ __forceinline__ void named_bar_arrive1(int n) { asm volatile("bar.arrive 1, %0;" ::"r"(n) : "memory"); }
 __device__ __forceinline__ void named_bar_sync1(int n) { asm volatile("bar.sync 1, %0;" ::"r"(n) : "memory"); }
-#ifdef MUSE_EXC_TS2
-// Named barrier `id` (1..15): the trip-synchronized walk's per-phase barriers (A/B, session 15).
+#if defined(MUSE_EXC_TS2) || defined(MUSE_EXC_LATEF)
+// Named barrier `id` (1..15): the trip-synchronized walk's per-trip barriers, LATEF's start barrier (A/B, session 15).
 __device__ __forceinline__ void named_bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void named_bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+// LATEF: a shared counter as the go signal: a relaxed add (no ordering, so no wait for the warp's loads in flight)
+// and a volatile read.
+__device__ __forceinline__ void red_shared_add1(int* p) {
+  asm volatile("red.relaxed.cta.shared::cta.add.u32 [%0], 1;" ::"r"((uint32_t)__cvta_generic_to_shared(p)) : "memory");
+}
+__device__ __forceinline__ int ld_shared_volatile(const int* p) {
+  int v;
+  asm volatile("ld.volatile.shared.u32 %0, [%1];" : "=r"(v) : "r"((uint32_t)__cvta_generic_to_shared(p)) : "memory");
+  return v;
+}
 #endif
 
 // Thread-block clusters (cl = 1: the S CTAs of a row group form one cluster and reduce through distributed
@@ -805,6 +815,15 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #else
   constexpr bool TS = false;
 #endif
+#ifdef MUSE_EXC_LATEF
+  // A/B (session 15): the go signal (and TS's per-trip signals) through a shared counter instead of named barrier 1:
+  // lane 0 of each streaming warp adds 1 after a trip, the exception warp polls. A bar.arrive orders the thread's
+  // earlier memory accesses, so it may wait for the next batch's loads in flight; a relaxed add does not. The
+  // counter is zeroed by the exception warp before named barrier 2, which the streaming warps pass before their wait.
+  constexpr bool FLAG = LATE;
+#else
+  constexpr bool FLAG = false;
+#endif
   extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
   MuseTrace tr_;  // MUSE_TRACE: thread 0's timestamps
   TR_G(0) TR_C(0)
@@ -813,12 +832,24 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int rg = blockIdx.x, sidx = blockIdx.y;
   const int KG = K / 64, KGS = KG / S, KGW = KGS / NW;
-  const bool tsync = TS && KGW / UG <= 15;  // TS: one named barrier (1..15) per trip of a streaming warp
+  const bool tsync = TS && (FLAG || KGW / UG <= 15);  // TS: one named barrier (1..15) per trip of a streaming warp
   __shared__ float4 red[NW][P];
+#ifdef MUSE_EXC_LATEF
+  __shared__ int go_;  // FLAG: streaming warps through their first trip (TS: warp-trips done)
+  auto wait_go = [&](int target) {
+    while (ld_shared_volatile(&go_) < target) __nanosleep(32);
+  };
+#endif
   __shared__ float ecorr[R * 16][NB * 8 + 1];  // +1: the 16 rows of a block land in 16 different banks
   TR_EXC_DECL
 
   if (warp == NW) {
+#ifdef MUSE_EXC_LATEF
+    if constexpr (FLAG) {
+      if (lane == 0) go_ = 0;
+      named_bar_arrive(2, (NW + 1) * 32);
+    }
+#endif
     const int rl = lane & 15, p = lane >> 4;
     const int klo = sidx * KGS * 64, khi = klo + KGS * 64;
     int beg[R], end[R];
@@ -831,6 +862,10 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         asm volatile("prefetch.global.L1 [%0];" ::"l"(esc + beg[r]));
     }
     pdl_wait();
+#ifdef MUSE_EXC_LATEF
+    if (FLAG && !tsync) wait_go(NW);
+    if (!FLAG)
+#endif
     if (LATE && !tsync) named_bar_sync1((NW + 1) * 32);
     // a chunk's corrections into ea, entries in k order (entries outside [klo, khi) add nothing)
     auto fma_chunk = [&](float (&ea)[NB * 4], const int2 (&e)[EC], const float (&xv)[EC][NB * 4]) {
@@ -861,6 +896,9 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #pragma unroll
         for (int q = 0; q < NB * 4; q++) ea[r][q] = 0.f;
       for (int b = 0; b < KGW / UG; b++) {
+#ifdef MUSE_EXC_LATEF
+        if (FLAG) wait_go(NW * (b + 1)); else
+#endif
         named_bar_sync(1 + b, (NW + 1) * 32);  // every streaming warp is through trip b: its x is in L1
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -1008,6 +1046,9 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       land_before_wait(chk);
     }
 #endif
+#ifdef MUSE_EXC_LATEF
+    if constexpr (FLAG) named_bar_sync(2, (NW + 1) * 32);  // the counter is zeroed (the first batch has landed)
+#endif
     pdl_wait();
     TR_G(1) TR_C(1)
 
@@ -1021,6 +1062,12 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       for (int nb = 0; nb < NB; nb++) acc[r][nb][0] = acc[r][nb][1] = acc[r][nb][2] = acc[r][nb][3] = 0.f;
     // LATE: every streaming thread arrives on named barrier 1 once, after its first trip's MMAs (its x is in)
     auto let_exception_warp_go = [&](int i) {
+#ifdef MUSE_EXC_LATEF
+      if constexpr (FLAG) {
+        if ((tsync || i == 0) && lane == 0) red_shared_add1(&go_);
+        return;
+      }
+#endif
 #ifdef MUSE_EXC_TS2
       if (tsync) {  // through trip i / UG: arrive on its barrier
         named_bar_arrive(1 + i / UG, (NW + 1) * 32);
