@@ -236,21 +236,6 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // Named barrier 1 (0 is __syncthreads): n threads in all, arrivals from some warps and a sync in others.
 __device__ __forceinline__ void named_bar_arrive1(int n) { asm volatile("bar.arrive 1, %0;" ::"r"(n) : "memory"); }
 __device__ __forceinline__ void named_bar_sync1(int n) { asm volatile("bar.sync 1, %0;" ::"r"(n) : "memory"); }
-#if defined(MUSE_EXC_TS2) || defined(MUSE_EXC_LATEF)
-// Named barrier `id` (1..15): the trip-synchronized walk's per-trip barriers, LATEF's start barrier (A/B, session 15).
-__device__ __forceinline__ void named_bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void named_bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
-// LATEF: a shared counter as the go signal: a relaxed add (no ordering, so no wait for the warp's loads in flight)
-// and a volatile read.
-__device__ __forceinline__ void red_shared_add1(int* p) {
-  asm volatile("red.relaxed.cta.shared::cta.add.u32 [%0], 1;" ::"r"((uint32_t)__cvta_generic_to_shared(p)) : "memory");
-}
-__device__ __forceinline__ int ld_shared_volatile(const int* p) {
-  int v;
-  asm volatile("ld.volatile.shared.u32 %0, [%1];" : "=r"(v) : "r"((uint32_t)__cvta_generic_to_shared(p)) : "memory");
-  return v;
-}
-#endif
 
 // Thread-block clusters (cl = 1: the S CTAs of a row group form one cluster and reduce through distributed
 // shared memory instead of the global workspace). Each thread arrives once per barrier phase; a wait
@@ -803,26 +788,19 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #else
   constexpr bool LATE = NB >= 2;  // the walk starts once every streaming warp is through its first trip
 #endif
+#if defined(MUSE_GO_X0)
+  constexpr int GO_AT = PIPE == 1 || PIPE == 2 ? 1 : 0;
+#elif defined(MUSE_GO_Z0)
+  constexpr int GO_AT = PIPE == 1 || PIPE == 2 ? 2 : 0;
+#elif defined(MUSE_GO_X1)
+  constexpr int GO_AT = PIPE == 1 || PIPE == 2 ? 3 : 0;
+#else
+  constexpr int GO_AT = 0;  // the go arrival after trip 0's MMAs (let_exception_warp_go)
+#endif
 #ifdef MUSE_EXC_WALK1
   constexpr bool PWALK = false;  // A/B: the R = 1 walk at every R (the walk shipped until session 12)
 #else
   constexpr bool PWALK = R >= 2;  // the exception warp's walk: predicated first chunks of all row blocks at once
-#endif
-#ifdef MUSE_EXC_TS2
-  // A/B (session 15): the walk follows the stream trip by trip (up to 15 trips a warp, else the late start): x loads
-  // predicated, the entries of a row's first chunk held in registers across the trips.
-  constexpr bool TS = LATE && PWALK;
-#else
-  constexpr bool TS = false;
-#endif
-#ifdef MUSE_EXC_LATEF
-  // A/B (session 15): the go signal (and TS's per-trip signals) through a shared counter instead of named barrier 1:
-  // lane 0 of each streaming warp adds 1 after a trip, the exception warp polls. A bar.arrive orders the thread's
-  // earlier memory accesses, so it may wait for the next batch's loads in flight; a relaxed add does not. The
-  // counter is zeroed by the exception warp before named barrier 2, which the streaming warps pass before their wait.
-  constexpr bool FLAG = LATE;
-#else
-  constexpr bool FLAG = false;
 #endif
   extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
   MuseTrace tr_;  // MUSE_TRACE: thread 0's timestamps
@@ -832,24 +810,11 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int rg = blockIdx.x, sidx = blockIdx.y;
   const int KG = K / 64, KGS = KG / S, KGW = KGS / NW;
-  const bool tsync = TS && (FLAG || KGW / UG <= 15);  // TS: one named barrier (1..15) per trip of a streaming warp
   __shared__ float4 red[NW][P];
-#ifdef MUSE_EXC_LATEF
-  __shared__ int go_;  // FLAG: streaming warps through their first trip (TS: warp-trips done)
-  auto wait_go = [&](int target) {
-    while (ld_shared_volatile(&go_) < target) __nanosleep(32);
-  };
-#endif
   __shared__ float ecorr[R * 16][NB * 8 + 1];  // +1: the 16 rows of a block land in 16 different banks
   TR_EXC_DECL
 
   if (warp == NW) {
-#ifdef MUSE_EXC_LATEF
-    if constexpr (FLAG) {
-      if (lane == 0) go_ = 0;
-      named_bar_arrive(2, (NW + 1) * 32);
-    }
-#endif
     const int rl = lane & 15, p = lane >> 4;
     const int klo = sidx * KGS * 64, khi = klo + KGS * 64;
     int beg[R], end[R];
@@ -862,11 +827,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         asm volatile("prefetch.global.L1 [%0];" ::"l"(esc + beg[r]));
     }
     pdl_wait();
-#ifdef MUSE_EXC_LATEF
-    if (FLAG && !tsync) wait_go(NW);
-    if (!FLAG)
-#endif
-    if (LATE && !tsync) named_bar_sync1((NW + 1) * 32);
+    if constexpr (LATE) named_bar_sync1((NW + 1) * 32);
     // a chunk's corrections into ea, entries in k order (entries outside [klo, khi) add nothing)
     auto fma_chunk = [&](float (&ea)[NB * 4], const int2 (&e)[EC], const float (&xv)[EC][NB * 4]) {
 #pragma unroll
@@ -877,86 +838,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
           for (int q = 0; q < NB * 4; q++) ea[q] += d * xv[c][q];  // tok >= M: never stored
         }
     };
-#ifdef MUSE_EXC_TS2
-    if (tsync) {
-      // phase of the entry at k: its trip within its streaming warp's range; -1 outside the slice
-      auto phase_of = [&](int k) { return k >= klo && k < khi ? (((k >> 6) - sidx * KGS) % KGW) / UG : -1; };
-      int2 e0[R][EC];
-      int ph0[R][EC];
-#pragma unroll
-      for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int c = 0; c < EC; c++) {
-          e0[r][c] = ld_esc_if(esc + beg[r] + c, !(dbg & 1) && beg[r] + c < end[r], make_int2(khi, 0));
-          ph0[r][c] = phase_of(e0[r][c].x);
-        }
-      float ea[R][NB * 4];
-#pragma unroll
-      for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int q = 0; q < NB * 4; q++) ea[r][q] = 0.f;
-      for (int b = 0; b < KGW / UG; b++) {
-#ifdef MUSE_EXC_LATEF
-        if (FLAG) wait_go(NW * (b + 1)); else
-#endif
-        named_bar_sync(1 + b, (NW + 1) * 32);  // every streaming warp is through trip b: its x is in L1
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-          float xv[EC][NB * 4];
-#pragma unroll
-          for (int c = 0; c < EC; c++) {
-            int k = e0[r][c].x;
-            asm volatile("" : "+r"(k));  // opaque per trip: the 64 x addresses are not hoisted out of the loop (spills)
-#pragma unroll
-            for (int q = 0; q < NB * 4; q++) {
-              const int tok = p + 2 * q;
-              xv[c][q] = ld_x1_if(x + (tok * K + k), ph0[r][c] == b && tok < M);
-            }
-          }
-#pragma unroll
-          for (int c = 0; c < EC; c++)
-            if (ph0[r][c] == b) {
-              const float d = __int_as_float(e0[r][c].y);
-#pragma unroll
-              for (int q = 0; q < NB * 4; q++) ea[r][q] += d * xv[c][q];
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < R; r++)
-          if (e0[r][EC - 1].x < khi) {  // rows with more than EC entries: the rest, a chunk at a time
-            for (int j = beg[r] + EC; j < end[r]; j += EC) {
-              int2 e[EC];
-              int ph[EC];
-              float xw[EC][NB * 4];
-#pragma unroll
-              for (int c = 0; c < EC; c++) {
-                e[c] = ld_esc_if(esc + j + c, j + c < end[r], make_int2(khi, 0));
-                ph[c] = phase_of(e[c].x);
-              }
-#pragma unroll
-              for (int c = 0; c < EC; c++)
-#pragma unroll
-                for (int q = 0; q < NB * 4; q++) {
-                  const int tok = p + 2 * q;
-                  xw[c][q] = ld_x1_if(x + (size_t)tok * K + e[c].x, ph[c] == b && tok < M);
-                }
-#pragma unroll
-              for (int c = 0; c < EC; c++)
-                if (ph[c] == b) {
-                  const float d = __int_as_float(e[c].y);
-#pragma unroll
-                  for (int q = 0; q < NB * 4; q++) ea[r][q] += d * xw[c][q];
-                }
-              if (e[EC - 1].x >= khi) break;
-            }
-          }
-      }
-#pragma unroll
-      for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[r][q];
-    } else
-#endif
     if constexpr (PWALK) {
       // R >= 2 (session 13, NOTES.md): the first chunk of every row block at once after the wait, with every load
       // predicated in the PTX itself (rewrites that came out with branches around their x loads lost in session 12).
@@ -1046,9 +927,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       land_before_wait(chk);
     }
 #endif
-#ifdef MUSE_EXC_LATEF
-    if constexpr (FLAG) named_bar_sync(2, (NW + 1) * 32);  // the counter is zeroed (the first batch has landed)
-#endif
     pdl_wait();
     TR_G(1) TR_C(1)
 
@@ -1062,20 +940,15 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       for (int nb = 0; nb < NB; nb++) acc[r][nb][0] = acc[r][nb][1] = acc[r][nb][2] = acc[r][nb][3] = 0.f;
     // LATE: every streaming thread arrives on named barrier 1 once, after its first trip's MMAs (its x is in)
     auto let_exception_warp_go = [&](int i) {
-#ifdef MUSE_EXC_LATEF
-      if constexpr (FLAG) {
-        if ((tsync || i == 0) && lane == 0) red_shared_add1(&go_);
-        return;
-      }
-#endif
-#ifdef MUSE_EXC_TS2
-      if (tsync) {  // through trip i / UG: arrive on its barrier
-        named_bar_arrive(1 + i / UG, (NW + 1) * 32);
-        return;
-      }
-#endif
-      if constexpr (LATE)
+      if constexpr (LATE && GO_AT == 0)
         if (i == 0) named_bar_arrive1((NW + 1) * 32);
+    };
+    // A/B (session 15): the arrival elsewhere in the PIPE 1/2 loop. It waits for the warp's loads in flight (bar.arrive
+    // orders them), so where it sits decides which loads are drained when the walk's burst starts. 1: trip 0, after
+    // its x is issued; 2: trip 0, after the next batch's weights are issued; 3: trip 1, after its x is issued.
+    auto go_at = [&](int pos, int i) {
+      if constexpr (LATE && GO_AT != 0)
+        if (pos == GO_AT && i == (GO_AT == 3 && KGW > UG ? UG : 0)) named_bar_arrive1((NW + 1) * 32);
     };
 
     if constexpr (PIPE == 0 || PIPE == 3) {
@@ -1106,22 +979,18 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       if constexpr (XAHEAD) load_x(xa, xb, 0);
       for (int i = 0; i < KGW; i += UG) {
         if constexpr (!XAHEAD) load_x(xa, xb, i);
-#ifdef MUSE_EXC_TS2X
-        if constexpr (!XAHEAD) let_exception_warp_go(i);  // A/B: arrive once the trip's x loads are issued
-#endif
+        go_at(GO_AT == 3 ? 3 : 1, i);
         uint4 nz[UG][R][3], nxa[UG][NB], nxb[UG][NB];
         if (i + UG < KGW) {
           load_zbatch<UG, R>(nz, wp, rstride, i + UG);
           if constexpr (XAHEAD) load_x(nxa, nxb, i + UG);
         }
+        go_at(2, i);
         TR_ARRIVED(i == 0, z[0][0][0].x, xa[0][0].x)
 #pragma unroll
         for (int u = 0; u < UG; u++)
 #pragma unroll
           for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], TL, TH);
-#ifdef MUSE_EXC_TS2X
-        if constexpr (XAHEAD)
-#endif
         let_exception_warp_go(i);
 #pragma unroll
         for (int u = 0; u < UG; u++)
