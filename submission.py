@@ -788,15 +788,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
 #else
   constexpr bool LATE = NB >= 2;  // the walk starts once every streaming warp is through its first trip
 #endif
-#if defined(MUSE_GO_X0)
-  constexpr int GO_AT = PIPE == 1 || PIPE == 2 ? 1 : 0;
-#elif defined(MUSE_GO_Z0)
-  constexpr int GO_AT = PIPE == 1 || PIPE == 2 ? 2 : 0;
-#elif defined(MUSE_GO_X1)
-  constexpr int GO_AT = PIPE == 1 || PIPE == 2 ? 3 : 0;
-#else
-  constexpr int GO_AT = 0;  // the go arrival after trip 0's MMAs (let_exception_warp_go)
-#endif
 #ifdef MUSE_EXC_WALK1
   constexpr bool PWALK = false;  // A/B: the R = 1 walk at every R (the walk shipped until session 12)
 #else
@@ -938,17 +929,12 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
     for (int r = 0; r < R; r++)
 #pragma unroll
       for (int nb = 0; nb < NB; nb++) acc[r][nb][0] = acc[r][nb][1] = acc[r][nb][2] = acc[r][nb][3] = 0.f;
-    // LATE: every streaming thread arrives on named barrier 1 once, after its first trip's MMAs (its x is in)
+    // LATE: every streaming thread arrives on named barrier 1 once, after its first trip's MMAs (its x is in). The
+    // arrival waits for the warp's loads in flight (bar.arrive orders them), and the walk's burst needs that pause:
+    // a relaxed shared counter as the signal lost 0.7 us, other placements 0.08 (NOTES.md, session 15).
     auto let_exception_warp_go = [&](int i) {
-      if constexpr (LATE && GO_AT == 0)
+      if constexpr (LATE)
         if (i == 0) named_bar_arrive1((NW + 1) * 32);
-    };
-    // A/B (session 15): the arrival elsewhere in the PIPE 1/2 loop. It waits for the warp's loads in flight (bar.arrive
-    // orders them), so where it sits decides which loads are drained when the walk's burst starts. 1: trip 0, after
-    // its x is issued; 2: trip 0, after the next batch's weights are issued; 3: trip 1, after its x is issued.
-    auto go_at = [&](int pos, int i) {
-      if constexpr (LATE && GO_AT != 0)
-        if (pos == GO_AT && i == (GO_AT == 3 && KGW > UG ? UG : 0)) named_bar_arrive1((NW + 1) * 32);
     };
 
     if constexpr (PIPE == 0 || PIPE == 3) {
@@ -979,13 +965,11 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       if constexpr (XAHEAD) load_x(xa, xb, 0);
       for (int i = 0; i < KGW; i += UG) {
         if constexpr (!XAHEAD) load_x(xa, xb, i);
-        go_at(GO_AT == 3 ? 3 : 1, i);
         uint4 nz[UG][R][3], nxa[UG][NB], nxb[UG][NB];
         if (i + UG < KGW) {
           load_zbatch<UG, R>(nz, wp, rstride, i + UG);
           if constexpr (XAHEAD) load_x(nxa, nxb, i + UG);
         }
-        go_at(2, i);
         TR_ARRIVED(i == 0, z[0][0][0].x, xa[0][0].x)
 #pragma unroll
         for (int u = 0; u < UG; u++)
