@@ -1,6 +1,9 @@
 """The case spec the tools share (ncu_case, sweep_field, trace_chain): 'layer:m[:plain|compressed][:field=value...]',
-a scored layer at m, optionally forced onto one CUDA path, its tabled config with fields replaced; the field dbg sets
-the layer's debug switch instead (dbg=1: gemvz skips the corrections)."""
+a scored layer at m, optionally forced onto one CUDA path, its tabled config with fields replaced. Fields that are not
+config fields: dbg sets the layer's debug switch (dbg=1: gemvz skips the corrections); wseed / xseed draw the weights
+/ x with another seed (judge.py's timing uses wseed=99, xseed=99+m); bal=G reorders the weight rows so that every
+group of G rows (a CTA's rows: 16 R) holds about as many out-of-window weights (a different matrix with the same
+values, for timing how the exceptions' spread over CTAs matters)."""
 import torch
 
 import judge
@@ -31,7 +34,10 @@ def prepare(spec, copies=None, seed=7):
     name, m, path, fields = parse(spec)
     d = judge.LAYERS[name]
     dual = d["dtype"] == "fp32"
-    w = judge.trained_like(d["N"], d["K"], seed, "cuda", torch.float32 if dual else torch.bfloat16)
+    wseed, xseed, bal = fields.pop("wseed", seed), fields.pop("xseed", 11 + m), fields.pop("bal", 0)
+    w = judge.trained_like(d["N"], d["K"], wseed, "cuda", torch.float32 if dual else torch.bfloat16)
+    if bal:
+        w = w[balanced_rows(w, bal)].contiguous()
     n = judge.copies_for(d["N"] * d["K"] * 2 * (2 if dual else 1)) if copies is None else copies
     Ls = [S.prepare(name, w, path=path) for _ in range(n)]
     dbg = fields.pop("dbg", None)                   # dbg=1: gemvz skips the corrections (wrong results: timing only)
@@ -40,7 +46,26 @@ def prepare(spec, copies=None, seed=7):
             L.set_config(m, L.plan(m).config._replace(**fields))
         if dbg is not None:
             L.dbg = dbg
-    return Ls, m, judge.fresh_x(m, d["K"], 11 + m, "cuda")
+    return Ls, m, judge.fresh_x(m, d["K"], xseed, "cuda")
+
+
+def balanced_rows(w, group):
+    """A row order of bf16 w [N, K] in which every `group` consecutive rows hold about as many out-of-window weights
+    (pack_z's exceptions): rows sorted by their count, dealt to the N / group groups in snake order (0..G-1, then
+    G-1..0, ...). Returns the permutation (a LongTensor on w's device)."""
+    N = w.shape[0]
+    if group <= 0 or N % group:
+        raise SystemExit(f"bal={group}: needs a positive divisor of N = {N}")
+    cnt = S.pack_z(w).eptr.diff().to(w.device)
+    order = torch.argsort(cnt, descending=True, stable=True)
+    G = N // group
+    i = torch.arange(N, device=w.device)
+    rnd, j = i // G, i % G
+    dest_group = torch.where(rnd % 2 == 0, j, G - 1 - j)
+    slot = dest_group * group + rnd                # each group takes one row per round
+    perm = torch.empty_like(order)
+    perm[slot] = order
+    return perm
 
 
 def time_interleaved(Ls, x, spec, choices, apply, label, replays, tag, check=True):
