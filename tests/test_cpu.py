@@ -506,6 +506,26 @@ def test_tool_case_specs_parse_or_say_what_is_wrong():
             cases.parse(bad)
 
 
+def test_balanced_rows_is_a_permutation_that_evens_the_exceptions_per_group():
+    # cases.py's bal=G (session 15): a row order in which every G rows hold about as many out-of-window weights
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+    import cases
+    import judge
+    w = judge.trained_like(256, 1024, 3)
+    tiny = torch.tensor([2.0 ** -(60 + j % 40) for j in range(128)], dtype=torch.bfloat16)
+    w[:32, ::8] = tiny                        # far below the window, 40 classes: 128 exceptions in each of 32 rows
+    per_group = lambda w: S.pack_z(w).eptr.diff().view(-1, 32).sum(1)
+    before = per_group(w)
+    assert before[0] >= 32 * 128 and before[0] > 10 * before[1:].max()
+    perm = cases.balanced_rows(w, 32)
+    assert sorted(perm.tolist()) == list(range(256))
+    after = per_group(w[perm])
+    assert after.sum() == before.sum() and after.max() - after.min() <= 128 + before[1:].max()
+    assert after.max() < before.max() / 4
+    with pytest.raises(SystemExit, match="divisor"):
+        cases.balanced_rows(w, 48)
+
+
 def test_ab_define_variant_sources():
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
     import ab_define as A
