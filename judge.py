@@ -27,6 +27,7 @@ import datetime
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -443,12 +444,17 @@ def copies_for(nbytes):
 
 # Issue #4: a compressed row should be at least this much (percent of the plain time) faster than the plain path.
 Z_GAIN_PCT = 12
+# issue #4's comparison alternates the two paths this many times each and compares medians: one timing of a
+# compressed row moved by 0.1-0.3 us between preparations and between passes over the same copies (NOTES.md,
+# session 15: tools/spread.py), so one draw of each decided o_proj m=16 anywhere between 9% and 15%
+PLAIN_ROUNDS = 3
 
 
 def timing(sub, device, layers, ms, replays, log=print, seed=99, pdl_compare=True, isolated=True, plain_compare=True):
     """Every (layer, m) as SPEC times it; with plain_compare, each row the tables send to the compressed path is
-    also timed on the plain path (same weights, same x, same timing): issue #4's "at least 12% faster than our
-    plain path", read in the judge's own run."""
+    also timed on the plain path (same weights, same x, same timing), PLAIN_ROUNDS times each, alternating, and the
+    medians compared: issue #4's "at least 12% faster than our plain path", read in the judge's own run. The score
+    uses the first timing of each row, as SPEC times it."""
     rows = []
     flush = torch.empty(int(256e6) // 4, dtype=torch.float32, device=device)
     total = len(layers) * len(ms)
@@ -485,8 +491,12 @@ def timing(sub, device, layers, ms, replays, log=print, seed=99, pdl_compare=Tru
             if plain_compare and plan.path == "compressed":
                 if Lp is None:
                     Lp = [sub.prepare(name, w, path="plain") for _ in range(P)]
-                ms_p, _ = time_graph([lambda L=L: sub.kernel_fn(x, L) for L in Lp], replays)
-                plain_us = ms_p * 1e3 / P
+                zr, pr = [us], []
+                for k in range(PLAIN_ROUNDS):
+                    pr.append(time_graph([lambda L=L: sub.kernel_fn(x, L) for L in Lp], replays)[0] * 1e3 / P)
+                    if k + 1 < PLAIN_ROUNDS:
+                        zr.append(time_graph([lambda L=L: sub.kernel_fn(x, L) for L in Ls], replays)[0] * 1e3 / P)
+                plain_us, z_us = statistics.median(pr), statistics.median(zr)
             us_iso = time_isolated(lambda: sub.kernel_fn(x, L0), flush) if isolated else None
             ms_cb, _ = time_graph([lambda wc=wc: torch.nn.functional.linear(xc, wc) for wc in wcs], replays)
             cublas_us = ms_cb * 1e3 / Pc
@@ -501,7 +511,9 @@ def timing(sub, device, layers, ms, replays, log=print, seed=99, pdl_compare=Tru
                    "copies": P, "correct": None}
             if plain_us is not None:
                 row["plain_us"] = round(plain_us, 3)
-                row["vs_plain_pct"] = round(100 * (plain_us - us) / plain_us, 1)
+                row["compressed_median_us"] = round(z_us, 3)
+                row["vs_plain_rounds_us"] = {"compressed": [round(v, 3) for v in zr], "plain": [round(v, 3) for v in pr]}
+                row["vs_plain_pct"] = round(100 * (plain_us - z_us) / plain_us, 1)
             if us < read / FLOOR_BPS * 1e6:
                 row["error"] = f"faster than its own bytes at 4.8 TB/s ({read / FLOOR_BPS * 1e6:.2f} us): measurement error"
             rows.append(row)
@@ -721,10 +733,15 @@ def main(argv=None):
             print(f"score with PDL off: {math.exp(sum(math.log(r['cublas_us'] / r['us_nopdl']) for r in rows) / len(rows)):.3f}")
         zrows = [r for r in rows if "vs_plain_pct" in r]
         if zrows:
-            print(f"\ncompressed against our plain path (same weights, x and timing; issue #4 asks >= {Z_GAIN_PCT}%):")
+            print(f"\ncompressed against our plain path (same weights, x and timing; medians of {PLAIN_ROUNDS} alternating "
+                  f"timings each; issue #4 asks >= {Z_GAIN_PCT}%):")
             for r in zrows:
-                print(f"  {r['layer']:<9} m={r['m']:<2} compressed {r['us']:6.2f} us  plain {r['plain_us']:6.2f} us  "
-                      f"{r['vs_plain_pct']:+5.1f}%{'' if r['vs_plain_pct'] >= Z_GAIN_PCT else f'   < {Z_GAIN_PCT}%'}")
+                rr = r["vs_plain_rounds_us"]
+                print(f"  {r['layer']:<9} m={r['m']:<2} compressed {r['compressed_median_us']:6.2f} us  plain "
+                      f"{r['plain_us']:6.2f} us  {r['vs_plain_pct']:+5.1f}%"
+                      f"{'' if r['vs_plain_pct'] >= Z_GAIN_PCT else f'   < {Z_GAIN_PCT}%'}   (rounds "
+                      f"{' / '.join(f'{v:.2f}' for v in rr['compressed'])} against "
+                      f"{' / '.join(f'{v:.2f}' for v in rr['plain'])})")
         if args.compare:
             compare(rows, args.compare)
     res = make_result(dev_name, rows, correct, failures, {"total_s": round(time.time() - t_start, 1),

@@ -595,3 +595,47 @@ def test_tune_finalists_leave_out_variants_the_path_does_not_take(monkeypatch):
     tune.tune_shape([], 32, None, cands, 3, 25, 2, lambda s: None, (0, 1), (), fits)
     assert S.GemvConfig(8, 1, 2, 2, 3, 1, 1, 0) in timed                # pf = 1 tried where the path has it
     assert all(not (c.pipe == 6 and c.pf) for c in timed)               # and never on PIPE 6
+
+
+def test_judge_compares_compressed_and_plain_by_medians_of_alternating_timings(monkeypatch):
+    # issue #4's 12% is read from PLAIN_ROUNDS timings of each path, alternating; the score keeps the first timing
+    class Plan:
+        def __init__(self, path):
+            self.path, self.config, self.why = path, None, "test"
+
+    class Layer:
+        def __init__(self, path):
+            self.path, self.pdl = path, True
+
+        def plan(self, m):
+            return Plan(self.path)
+
+        def bytes_read(self, m):
+            return 1000
+
+    class Sub:
+        @staticmethod
+        def prepare(name, w, path=None, **kw):
+            return Layer(path or "compressed")
+
+        @staticmethod
+        def kernel_fn(x, L):
+            return L.path + ("" if L.pdl else "-nopdl")
+
+    order = []
+    us = {"compressed": [7.9, 7.6, 7.7], "compressed-nopdl": [9.9], "plain": [8.8, 8.6, 8.9], "cublas": [11.0]}
+
+    def fake_time_graph(fns, replays):
+        kind = fns[0]()
+        order.append(kind if isinstance(kind, str) else "cublas")
+        return us[order[-1]][order.count(order[-1]) - 1] * 2 / 1e3, None   # P = 2 copies: ms per replay of both
+
+    monkeypatch.setattr(judge, "copies_for", lambda nbytes: 2)
+    monkeypatch.setattr(judge, "time_graph", fake_time_graph)
+    monkeypatch.setattr(judge, "trained_like", lambda N, K, seed, device, dtype: torch.zeros(N, K, dtype=dtype))
+    (row,) = judge.timing(Sub, "cpu", ["o_proj"], [16], 5, log=lambda *a: None, isolated=False)
+    assert order == ["compressed", "compressed-nopdl", "plain", "compressed", "plain", "compressed", "plain", "cublas"]
+    assert row["us"] == 7.9 and row["us_nopdl"] == 9.9                     # the score's timing: the first one
+    assert row["vs_plain_rounds_us"] == {"compressed": [7.9, 7.6, 7.7], "plain": [8.8, 8.6, 8.9]}
+    assert (row["compressed_median_us"], row["plain_us"]) == (7.7, 8.8)
+    assert row["vs_plain_pct"] == round(100 * (8.8 - 7.7) / 8.8, 1)       # 12.5: medians, not 7.9 against 8.8 (10.2)
