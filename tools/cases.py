@@ -1,4 +1,4 @@
-"""The case spec the tools share (ncu_case, sweep_field, trace_chain): 'layer:m[:plain|compressed][:field=value...]',
+"""The case spec the tools share (ab_define, ncu_case, spread, sweep_field, trace_chain): 'layer:m[:plain|compressed][:field=value...]',
 a scored layer at m, optionally forced onto one CUDA path, its tabled config with fields replaced. Fields that are not
 config fields: dbg sets the layer's debug switch (dbg=1: gemvz skips the corrections); wseed / xseed draw the weights
 / x with another seed (judge.py's timing uses wseed=99, xseed=99+m); bal=G reorders the weight rows so that every

@@ -2,9 +2,9 @@
 # One device call: build (cold + warm import time), GPU tests, judge, tuning. Logs go to $OUT/run/ and leave
 # as one archive, $OUT/run.tgz (the device tool returns at most 8 files).
 # usage: tools/device.sh [stages...]   stages: build tests judge judgefull judgetriton tune tunetriton rebuild
-#        excost sanitize racemin ncu sweep trace ab sass probe tzprobe prebuild pytest (default: build tests judge); TUNE_ARGS, TTUNE_ARGS,
+#        excost sanitize racemin ncu sweep trace ab spread sass probe tzprobe prebuild pytest (default: build tests judge); TUNE_ARGS, TTUNE_ARGS,
 #        NCU_CASES, NCU_METRICS (extra, comma-separated), SWEEP_ARGS, TRACE_CASES (may start with --define NAME), AB_VARIANTS (space-separated, '-' = shipped),
-#        AB_CASES, AB_ARGS (e.g. --no-check), PROBE_ARGS, EXC_ARGS (tools/exception_cost.py), TZ_ARGS, TZ_VARIANTS (the tz_probe variants to build and time; default all), PYTEST_ARGS (default tests/test_tma.py), PYTEST_S and BUDGET
+#        AB_CASES, AB_ARGS (e.g. --no-check), SPREAD_ARGS (tools/spread.py), PROBE_ARGS, EXC_ARGS (tools/exception_cost.py), TZ_ARGS, TZ_VARIANTS (the tz_probe variants to build and time; default all), PYTEST_ARGS (default tests/test_tma.py), PYTEST_S and BUDGET
 #        (seconds) from the env; a failing pytest stage skips the stages after it. prebuild: the shipped, AB, traced (TRACE_CASES set), tune
 #        (TUNE_ARGS set), probe and tz_probe (their stages asked) extensions compiled in parallel
 set -uo pipefail
@@ -58,6 +58,8 @@ for st in $stages; do
     ab)
       av=(); for v in ${AB_VARIANTS:--}; do [ "$v" = - ] && v=""; av+=(--variant "$v"); done
       PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/ab_define.py ${AB_ARGS:-} "${av[@]}" ${AB_CASES:-router:1} 2>&1 | tee "$R/ab.log" ;;
+    spread)
+      PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/spread.py ${SPREAD_ARGS:-o_proj:16 o_proj:16:plain} 2>&1 | tee "$R/spread.log" ;;
     sass)
       so=$(python3 -c "import submission as S, os; print(S._EXT.__file__)" 2>/dev/null | tail -1)
       cuobjdump -sass "$so" > "$R/sass.txt" 2>&1; grep -c "Function" "$R/sass.txt"; gzip "$R/sass.txt" ;;
