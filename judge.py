@@ -422,6 +422,13 @@ def time_graph(fns, replays, warmup=3):
     return times[len(times) // 2], times
 
 
+def per_call_us(kernel_fn, Ls, x, replays, **kw):
+    """SPEC's time of one call, us: the median replay of one graph of kernel_fn(x, L) for every prepared copy L, back
+    to back, divided by the number of copies. kw goes to time_graph (warmup)."""
+    ms, _ = time_graph([lambda L=L: kernel_fn(x, L) for L in Ls], replays, **kw)
+    return ms * 1e3 / len(Ls)
+
+
 def time_isolated(fn, flush, reps=20):
     """Median us of one call after an L2 flush (one call per replay)."""
     g, _ = capture(fn)
@@ -476,15 +483,13 @@ def timing(sub, device, layers, ms, replays, log=print, seed=99, pdl_compare=Tru
             xc = x.float() if dual else x
             L0 = Ls[0]
             plan = L0.plan(m)
-            ms_ours, _ = time_graph([lambda L=L: sub.kernel_fn(x, L) for L in Ls], replays)
-            us = ms_ours * 1e3 / P
+            us = per_call_us(sub.kernel_fn, Ls, x, replays)
             us_nopdl = None
             if pdl_compare and plan.path != "fallback":
                 L0_pdl = L0.pdl
                 for L in Ls:
                     L.pdl = False
-                ms_np, _ = time_graph([lambda L=L: sub.kernel_fn(x, L) for L in Ls], replays)
-                us_nopdl = ms_np * 1e3 / P
+                us_nopdl = per_call_us(sub.kernel_fn, Ls, x, replays)
                 for L in Ls:
                     L.pdl = L0_pdl
             plain_us = None
@@ -493,9 +498,9 @@ def timing(sub, device, layers, ms, replays, log=print, seed=99, pdl_compare=Tru
                     Lp = [sub.prepare(name, w, path="plain") for _ in range(P)]
                 zr, pr = [us], []
                 for k in range(PLAIN_ROUNDS):
-                    pr.append(time_graph([lambda L=L: sub.kernel_fn(x, L) for L in Lp], replays)[0] * 1e3 / P)
+                    pr.append(per_call_us(sub.kernel_fn, Lp, x, replays))
                     if k + 1 < PLAIN_ROUNDS:
-                        zr.append(time_graph([lambda L=L: sub.kernel_fn(x, L) for L in Ls], replays)[0] * 1e3 / P)
+                        zr.append(per_call_us(sub.kernel_fn, Ls, x, replays))
                 plain_us, z_us = statistics.median(pr), statistics.median(zr)
             us_iso = time_isolated(lambda: sub.kernel_fn(x, L0), flush) if isolated else None
             ms_cb, _ = time_graph([lambda wc=wc: torch.nn.functional.linear(xc, wc) for wc in wcs], replays)

@@ -243,8 +243,7 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
 def time_config(Ls, m, cfg, x, replays):
     for L in Ls:
         L.set_config(m, cfg)
-    ms, _ = judge.time_graph([lambda L=L: sub.kernel_fn(x, L) for L in Ls], replays, warmup=1)
-    return ms * 1e3 / len(Ls)
+    return judge.per_call_us(sub.kernel_fn, Ls, x, replays, warmup=1)
 
 
 def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=(), final_cos=(), fits=lambda c: None):

@@ -5,7 +5,6 @@ import pathlib
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 
@@ -18,10 +17,17 @@ TOOLS = pathlib.Path(__file__).resolve().parents[1] / "tools"
 
 
 def _tool(name):
-    """A module of tools/ (same_code, sass, pdl_probe, tz_probe), imported as the tools import each other."""
-    if str(TOOLS) not in sys.path:
-        sys.path.insert(0, str(TOOLS))
+    """A module of tools/ (same_code, sass, pdl_probe, tz_probe); conftest.py puts tools/ on sys.path."""
     return importlib.import_module(name)
+
+
+def _ptxas(d, cu_text, flags=None, name="k"):
+    """nvcc -Xptxas -v -c of cu_text in directory d (submission's flags unless given): the CompletedProcess, whose
+    stderr holds ptxas' register and spill report."""
+    cu = d / f"{name}.cu"
+    cu.write_text(cu_text)
+    return subprocess.run([NVCC, *(submission.NVCC_FLAGS if flags is None else flags), "-Xptxas", "-v", "-c", str(cu),
+                           "-o", str(d / f"{name}.o")], capture_output=True, text=True)
 
 
 def _count(block_macro):
@@ -32,11 +38,7 @@ def _count(block_macro):
 @pytest.fixture(scope="module")
 def ptxas_report(tmp_path_factory):
     assert NVCC, "nvcc is required (MUSE_REQUIRE_NVCC=1) but was not found"
-    d = tmp_path_factory.mktemp("nvcc")
-    src = d / "kernels.cu"
-    src.write_text(submission.KERNEL_SRC)
-    cmd = [NVCC, *submission.NVCC_FLAGS, "-Xptxas", "-v", "-c", str(src), "-o", str(d / "kernels.o")]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = _ptxas(tmp_path_factory.mktemp("nvcc"), submission.KERNEL_SRC, name="kernels")
     assert r.returncode == 0, f"nvcc failed:\n{r.stderr[-4000:]}"
     return r.stderr
 
@@ -84,9 +86,7 @@ def test_x_ahead_and_tma_pipes_compile_without_spills(tmp_path):
     insts = [("gemv", (4, 1, 4, 1, False, 4)), ("gemv", (4, 1, 2, 1, True, 5)), ("gemvz", (4, 1, 4, 1, 4)),
              ("gemvz", (4, 1, 2, 1, 5)), ("gemv", (4, 4, 4, 1, False, 6)), ("gemv", (8, 8, 2, 2, False, 6)),
              ("gemv", (8, 12, 1, 1, False, 6)), ("gemvz", (4, 8, 4, 2, 6)), ("gemvz", (8, 4, 2, 1, 6))]
-    (tmp_path / "x.cu").write_text(tune.tune_sources(insts, 1)[0][0])
-    r = subprocess.run([NVCC, *submission.NVCC_FLAGS, "-Xptxas", "-v", "-c", str(tmp_path / "x.cu"), "-o",
-                        str(tmp_path / "x.o")], capture_output=True, text=True)
+    r = _ptxas(tmp_path, tune.tune_sources(insts, 1)[0][0])
     assert r.returncode == 0, r.stderr[-3000:]
     spills = re.findall(r"(\d+) bytes spill stores", r.stderr)
     assert len(spills) >= 10 and set(spills) == {"0"}, r.stderr[-3000:]
@@ -104,9 +104,7 @@ def test_exception_walk_of_two_row_blocks_is_branch_free(tmp_path):
     src = "#define MUSE_EXC_WALK1\n" + submission.KERNEL_SRC
     insts = [i for i in same_code.table_insts(src) if i[0] == "gemvz" and i[1][4] != 6]
     assert insts
-    (tmp_path / "v.cu").write_text(same_code.tune_source(src, insts))
-    r = subprocess.run([NVCC, *submission.NVCC_FLAGS, "-Xptxas", "-v", "-c", str(tmp_path / "v.cu"), "-o",
-                        str(tmp_path / "v.o")], capture_output=True, text=True)
+    r = _ptxas(tmp_path, same_code.tune_source(src, insts))
     assert r.returncode == 0, r.stderr[-3000:]
     spills = re.findall(r"(\d+) bytes spill stores", r.stderr)
     assert len(spills) >= len(insts) and set(spills) == {"0"}, r.stderr[-3000:]
@@ -153,9 +151,7 @@ def _pdl_probe():
 @needs_nvcc
 def test_pdl_probe_compiles_without_spills(tmp_path):
     # tools/pdl_probe.py's five kernels fit 64 registers (two CTAs of 512 threads per SM, like gemvz's m=1 plan)
-    (tmp_path / "p.cu").write_text(_pdl_probe().PROBE_CU)
-    r = subprocess.run([NVCC, "-O3", "-std=c++17", "-arch=sm_90", "-Xptxas", "-v", "-c", str(tmp_path / "p.cu"),
-                        "-o", str(tmp_path / "p.o")], capture_output=True, text=True)
+    r = _ptxas(tmp_path, _pdl_probe().PROBE_CU, flags=["-O3", "-std=c++17", "-arch=sm_90"])
     assert r.returncode == 0, r.stderr[-3000:]
     regs = [int(n) for n in re.findall(r"Used (\d+) registers", r.stderr)]
     spills = re.findall(r"(\d+) bytes spill stores", r.stderr)
@@ -203,22 +199,14 @@ def test_same_code_tool_tells_identical_from_changed_machine_code(tmp_path):
 def test_tz_probe_variants_compile_without_spills(tmp_path):
     # tools/tz_probe.py's timing-only variants of gemvtz_kernel (each drops one part of the consumer loop) must
     # compile, and the shipped variant's source must be KERNEL_SRC itself
-    import tune
-    tz_probe = _tool("tz_probe")
+    same_code, tz_probe = _tool("same_code"), _tool("tz_probe")
     assert tz_probe.variant_source("") == submission.KERNEL_SRC
     assert all(i[1][-1] == 6 for i in tz_probe.variant_insts("MUSE_TZ_EMPTY"))
     with pytest.raises(SystemExit):
         tz_probe.variant_source("NOT_A_TZ_MACRO")
     insts = [("gemvz", (4, 8, 4, 1, 6)), ("gemvz", (8, 4, 1, 2, 6))]
     for v in tz_probe.VARIANTS[1:]:
-        saved = submission.KERNEL_SRC
-        submission.KERNEL_SRC = tz_probe.variant_source(v)
-        try:
-            (tmp_path / "v.cu").write_text(tune.tune_sources(insts, 1)[0][0])
-        finally:
-            submission.KERNEL_SRC = saved
-        r = subprocess.run([NVCC, *submission.NVCC_FLAGS, "-Xptxas", "-v", "-c", str(tmp_path / "v.cu"), "-o",
-                            str(tmp_path / "v.o")], capture_output=True, text=True)
+        r = _ptxas(tmp_path, same_code.tune_source(tz_probe.variant_source(v), insts))
         assert r.returncode == 0, (v, r.stderr[-3000:])
         assert len(re.findall(r"Compiling entry function '\w*gemvtz_kernel", r.stderr)) == 2, (v, r.stderr[-3000:])
         assert set(re.findall(r"(\d+) bytes spill stores", r.stderr)) == {"0"}, (v, r.stderr[-3000:])

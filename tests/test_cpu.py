@@ -450,7 +450,6 @@ def test_tune_paths_compiles_only_the_asked_path():
 
 
 def test_trace_chain_sources_and_analysis():
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
     import trace_chain as T
     assert T.traced_source().startswith("#define MUSE_TRACE\n")
     assert f"blockIdx.x) * {T.SLOT_U64};" in S.KERNEL_SRC     # the slot the kernels write is the one read here
@@ -496,7 +495,6 @@ def test_trace_chain_sources_and_analysis():
 
 
 def test_tool_case_specs_parse_or_say_what_is_wrong():
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
     import cases
     assert cases.parse("pooler:1") == ("pooler", 1, None, {})
     assert cases.parse("router:16:plain:nw=8:co=-1") == ("router", 16, "plain", {"nw": 8, "co": -1})
@@ -508,7 +506,6 @@ def test_tool_case_specs_parse_or_say_what_is_wrong():
 
 def test_balanced_rows_is_a_permutation_that_evens_the_exceptions_per_group():
     # cases.py's bal=G (session 15): a row order in which every G rows hold about as many out-of-window weights
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
     import cases
     import judge
     w = judge.trained_like(256, 1024, 3)
@@ -527,7 +524,6 @@ def test_balanced_rows_is_a_permutation_that_evens_the_exceptions_per_group():
 
 
 def test_ab_define_variant_sources():
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
     import ab_define as A
     assert A.variant_source("") == S.KERNEL_SRC
     assert A.variant_source("MUSE_A+MUSE_B") == "#define MUSE_A\n#define MUSE_B\n" + S.KERNEL_SRC
@@ -536,7 +532,6 @@ def test_ab_define_variant_sources():
 
 
 def test_tool_summary_lists_both_rounds_and_the_fastest():
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
     import cases
     cols, best = cases.summary({1: [2.0, 1.5], 2: [1.7, 1.8]}, lambda v: f"cl={v}")
     assert cols == "cl=1: 2.00/1.50  cl=2: 1.70/1.80" and best == 1
@@ -544,7 +539,6 @@ def test_tool_summary_lists_both_rounds_and_the_fastest():
 
 def test_tool_interleaved_timing_checks_each_choice_unless_told_not_to(monkeypatch):
     # ab_define.py --no-check times variants that are wrong on purpose; without it a wrong choice stops the run
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
     import cases
     import judge
 

@@ -73,20 +73,25 @@ def time_interleaved(Ls, x, spec, choices, apply, label, replays, tag, check=Tru
     against the float64 reference with SPEC's tolerance (any choice may change the summation order), then the
     P copies are timed as SPEC times them (check=False: no check, for choices that are wrong on purpose). Returns
     {choice: [us round 1, us round 2]}; SystemExit on a wrong result, naming the case and the choice."""
-    P = len(Ls)
     ref = judge.reference(x, Ls[0].weight) if check else None
     res = {c: [] for c in choices}
     for _ in range(2):
         for c in choices:
             apply(c)
-            try:
-                if check:
-                    judge.check_close(S.kernel_fn(x, Ls[0]), ref, Ls[0].dual, f"{spec} {label(c)}")
-            except judge.CheckFailed as e:
-                raise SystemExit(f"[{tag}] wrong result: {e}") from None
-            ms, _ = judge.time_graph([lambda L=L: S.kernel_fn(x, L) for L in Ls], replays)
-            res[c].append(ms * 1e3 / P)
+            if check:
+                check_output(Ls, x, ref, f"{spec} {label(c)}", tag)
+            res[c].append(judge.per_call_us(S.kernel_fn, Ls, x, replays))
     return res
+
+
+def check_output(Ls, x, ref, what, tag):
+    """The first copy's output against the float64 reference ref (None: computed here) with SPEC's tolerance;
+    SystemExit naming `what` on a wrong result."""
+    ref = judge.reference(x, Ls[0].weight) if ref is None else ref
+    try:
+        judge.check_close(S.kernel_fn(x, Ls[0]), ref, Ls[0].dual, what)
+    except judge.CheckFailed as e:
+        raise SystemExit(f"[{tag}] wrong result: {e}") from None
 
 
 def summary(res, label):

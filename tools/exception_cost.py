@@ -35,8 +35,7 @@ for name in args.layers:
             for dbg in (0, 1):
                 for L in Ls:
                     L.dbg = dbg
-                ms, _ = judge.time_graph([lambda L=L: S.kernel_fn(x, L) for L in Ls], 30)
-                t.append(ms * 1e3 / P)
+                t.append(judge.per_call_us(S.kernel_fn, Ls, x, 30))
             print(f"{name:<9} {m:>2} {Ls[0].z.capr:>4} {t[0]:7.2f} {t[1]:8.2f} {t[0] - t[1]:+6.2f}", flush=True)
     del Ls
     torch.cuda.empty_cache()

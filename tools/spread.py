@@ -25,8 +25,7 @@ import submission as S
 
 
 def timed(Ls, x, replays):
-    P = len(Ls)
-    return [judge.time_graph([lambda L=L: S.kernel_fn(x, L) for L in Ls], replays)[0] * 1e3 / P for _ in range(2)]
+    return [judge.per_call_us(S.kernel_fn, Ls, x, replays) for _ in range(2)]
 
 
 def main(argv=None):
@@ -45,10 +44,7 @@ def main(argv=None):
         for i in range(args.preps):                 # all kept: each preparation gets memory of its own
             Ls, m, x = cases.prepare(spec)
             if check:
-                try:
-                    judge.check_close(S.kernel_fn(x, Ls[0]), judge.reference(x, Ls[0].weight), Ls[0].dual, spec)
-                except judge.CheckFailed as e:
-                    raise SystemExit(f"[spread] wrong result: {e}") from None
+                cases.check_output(Ls, x, None, spec, "spread")
             preps.append((Ls, x))
         first = []
         for i, (Ls, x) in enumerate(preps):

@@ -133,7 +133,6 @@ def run_case(spec, shipped):
     """Trace one case with the traced build in S._EXT; shipped (the shipped build) gives occupancy_note its
     registers."""
     Ls, m, x = cases.prepare(spec)
-    P = len(Ls)
     p = Ls[0].plan(m)
     if p.path not in ("plain", "compressed"):
         print(f"[trace] {spec}: {p.path} path has no trace hooks; skipped", flush=True)
@@ -141,7 +140,7 @@ def run_case(spec, shipped):
     base, ctas = trace_region(Ls[0], m)
     for Lc in Ls:                                   # the traced build writes every CTA's slot after the split-K area
         Lc.ws = torch.zeros((base + SLOT_U64 // 2 * ctas, 4), dtype=torch.float32, device=Lc.device)
-    ms, _ = judge.time_graph([lambda Lc=Lc: S.kernel_fn(x, Lc) for Lc in Ls], 10)
+    us = judge.per_call_us(S.kernel_fn, Ls, x, 10)
     g, _ = judge.capture(lambda: [S.kernel_fn(x, Lc) for Lc in Ls])
     for _ in range(3):
         g.replay()
@@ -156,7 +155,7 @@ def run_case(spec, shipped):
     a = analyse(launches)
     note = occupancy_note(shipped, S._EXT, p, m, Ls[0].dual)
     print(f"[trace] {spec}: {p.path} {p.config}; {a['launches']} launches x {a['ctas']:.0f} CTAs; "
-          f"graph {ms * 1e3 / P:.2f} us per call (traced build)", flush=True)
+          f"graph {us:.2f} us per call (traced build)", flush=True)
     print(f"  per launch (globaltimer, medians): end to end {a['period'] / 1e3:.2f} us = previous launch's last "
           f"CTA end -> first release {a['gap'] / 1e3:.2f} us + release -> last CTA end {a['crit'] / 1e3:.2f} us; "
           f"CTAs resident {a['early'] / 1e3:.2f} us before the release", flush=True)
