@@ -452,8 +452,8 @@ def copies_for(nbytes):
 # Issue #4: a compressed row should be at least this much (percent of the plain time) faster than the plain path.
 Z_GAIN_PCT = 12
 # issue #4's comparison alternates the two paths this many times each and compares medians: one timing of a
-# compressed row moved by 0.1-0.3 us between preparations and between passes over the same copies (NOTES.md,
-# session 15: tools/spread.py), so one draw of each decided o_proj m=16 anywhere between 9% and 15%
+# compressed row moved by 0.1-0.3 us between preparations and between passes over the same copies (FINDINGS.md,
+# session 15: tools/ab.py --preps), so one draw of each decided o_proj m=16 anywhere between 9% and 15%
 PLAIN_ROUNDS = 3
 
 

@@ -5,16 +5,19 @@
     y = submission.kernel_fn(x, layer)               # x: CUDA bf16 [m, K], contiguous
     print(layer.describe())                          # which path and config each m takes, and why
 
-Two kernel families, chosen per (layer, m) from the tuned tables below:
+Three CUDA kernels, chosen per (layer, m) from the tuned tables below (the default rule elsewhere):
   * gemv_kernel  - plain BF16 tensor-core GEMV over fragment-ordered weights; DUAL=true is the router's
-                   fp32 path (hi + lo bf16 halves into fp32 accumulators, fp32 output).
+                   fp32 path (hi + lo bf16 halves into fp32 accumulators, fp32 output).      csrc/gemv.cuh
   * gemvz_kernel - the same GEMV over a lossless 12-bit format (25% fewer bytes) with one extra warp that
-                   applies the exact corrections of the rare out-of-window weights.
-Both split K over S CTAs inside one launch (semaphore + fixed-order sum) and use programmatic dependent
-launch (PDL) so back-to-back calls overlap their fixed start-up cost. Set MUSE_PDL=0 to turn PDL off.
+                   applies the exact corrections of the rare out-of-window weights.          csrc/gemvz.cuh
+  * gemvt_kernel - a TMA ring of weight tiles and x, warpgroup MMA (bf16 weights).           csrc/gemvt.cuh
+All split K over S CTAs inside one launch (semaphore + fixed-order sum, or a thread-block cluster) and use
+programmatic dependent launch (PDL) so back-to-back calls overlap their fixed start-up cost. MUSE_PDL=0 turns PDL
+off. An optional Triton path (tri_gemv) runs where prepare(path="triton") asks for it.
 
-This file imports torch and the standard library only. Its generated regions (CTABLE / ZTABLE literals
-and the C3 / Z3 instantiation lines) are written by build.py from tables/*.json: edit the tables.
+This file imports torch and the standard library only (triton if installed). It is assembled by build.py: the
+CUDA source from csrc/, the table literals and the instantiation lines from tables/*.json. Edit those, then run
+`python3 build.py`.
 """
 import collections
 import os
@@ -24,19 +27,22 @@ import time
 import torch
 
 # ---------------------------------------------------------------------------------------------------
-# Configs. Field names and order follow the template parameters; NB (token blocks) and DUAL (router)
-# are not part of a config: NB follows from m (nb_of) and DUAL from the weight's dtype.
+# Configs. Field names and order follow the template parameters; NB (token blocks) and DUAL (router) are not part
+# of a config: NB follows from m (nb_of) and DUAL from the weight's dtype. Runtime fields: s, the CTAs per row group
+# (split-K); pf, an L2 prefetch of each warp's slice before griddepcontrol.wait (0/1); pdl (1: launch with PDL when
+# the layer has it on; 0: this config measured faster without); cl, the split-K reduction (0: a global workspace and
+# a ticket; 1: the S CTAs of a row group form a thread-block cluster and reduce in distributed shared memory behind a
+# cluster barrier; 2: the same cluster, the partials sent with st.async and counted on the leader's mbarrier); co, the
+# shared memory carveout the launch asks for (percent of the SM's unified L1 / shared memory; -1: the driver's
+# choice, the best on every shape swept).
 # ---------------------------------------------------------------------------------------------------
-# gemv_kernel<NW, U, NB, R, DUAL, PIPE> with S CTAs per row group, L2 prefetch pf (0/1), pdl (1: launch
-# with PDL when the layer has it on; 0: this config runs faster without: measured per shape by tune.py) and
-# cl (1: the S CTAs of a row group form a thread-block cluster and reduce split-K in distributed shared
-# memory behind a cluster barrier; 2: the same cluster, the partials sent with st.async and counted on the
-# leader's mbarrier, no barrier at the end; 0: through a global workspace and a ticket) and co, the shared memory carveout the launch asks for
-# (cudaLaunchAttributePreferredSharedMemoryCarveout, percent of the SM's unified L1 / shared memory; -1: no
-# preference, the driver's choice)
+# gemv_kernel<NW, U, NB, R, DUAL, PIPE> (csrc/gemv.cuh): nw warps, u K-blocks a trip, r row blocks a warp, pipe 0..5
 GemvConfig = collections.namedtuple("GemvConfig", "nw s u r pipe pf pdl cl co", defaults=(1, 0, -1))
-# gemvz_kernel<NW, UG, NB, R, PIPE>, likewise
+# gemvz_kernel<NW, UG, NB, R, PIPE> (csrc/gemvz.cuh): the same over the 12-bit stream, ug 64-wide groups a trip
 GemvzConfig = collections.namedtuple("GemvzConfig", "nw s ug r pipe pf pdl cl co", defaults=(1, 0, -1))
+# gemvt_kernel<NW, ST, NB, KA> (csrc/gemvt.cuh): nw consumer warps (whole warpgroups, 16 nw rows a CTA), a ring of st
+# stages of ka 64-k tiles; bf16 weights only; the ring is its prefetch (no pf)
+GemvtConfig = collections.namedtuple("GemvtConfig", "nw s st ka pdl cl co", defaults=(1, 0, -1))
 
 # The Triton path (tri_gemv): bn weight rows per program, K step bk of one tl.dot, s split-K programs per column
 # block, Triton's num_warps / num_stages, mode "ticket" (fixed-order sum: deterministic) or "atomic" (fp32
@@ -69,27 +75,27 @@ CTABLE = {
     ("qkv_gate", 1): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=2),  # 9.72 us, runner-up 9.87 us
     ("qkv_gate", 2): GemvConfig(nw=4, s=4, u=4, r=1, pipe=1, pf=0, pdl=1, cl=2),  # 9.69 us, runner-up 9.78 us
     ("qkv_gate", 4): GemvConfig(nw=8, s=8, u=2, r=2, pipe=3, pf=0, pdl=1, cl=2),  # 9.86 us, runner-up 9.86 us
-    ("qkv_gate", 8): GemvConfig(nw=4, s=6, u=4, r=2, pipe=6, pf=0, pdl=1, cl=2),  # 9.94 us, runner-up 9.95 us
+    ("qkv_gate", 8): GemvtConfig(nw=4, s=6, st=4, ka=2, pdl=1, cl=2),  # 9.94 us, runner-up 9.95 us
     ("qkv_gate", 16): GemvConfig(nw=4, s=4, u=4, r=1, pipe=3, pf=0, pdl=1, cl=2),  # 10.13 us, runner-up 10.14 us
-    ("qkv_gate", 32): GemvConfig(nw=4, s=3, u=4, r=2, pipe=6, pf=0, pdl=1, cl=2),  # 10.97 us, runner-up 11.06 us
+    ("qkv_gate", 32): GemvtConfig(nw=4, s=3, st=4, ka=2, pdl=1, cl=2),  # 10.97 us, runner-up 11.06 us
     ("o_proj", 1): GemvConfig(nw=8, s=2, u=2, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 7.89 us, runner-up 8.21 us
     ("o_proj", 2): GemvConfig(nw=8, s=2, u=2, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 7.96 us, runner-up 8.36 us
     ("o_proj", 4): GemvConfig(nw=8, s=2, u=2, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 7.84 us, runner-up 8.29 us
     ("o_proj", 8): GemvConfig(nw=8, s=2, u=2, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 7.80 us, runner-up 8.36 us
     ("o_proj", 16): GemvConfig(nw=4, s=2, u=2, r=2, pipe=4, pf=0, pdl=1, cl=2),  # 8.72 us, runner-up 8.75 us
-    ("o_proj", 32): GemvConfig(nw=4, s=1, u=8, r=2, pipe=6, pf=0, pdl=1, cl=0),  # 9.72 us, runner-up 10.01 us
+    ("o_proj", 32): GemvtConfig(nw=4, s=1, st=8, ka=2, pdl=1, cl=0),  # 9.72 us, runner-up 10.01 us
     ("pooler", 1): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.52 us, runner-up 15.62 us
     ("pooler", 2): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.55 us, runner-up 15.81 us
     ("pooler", 4): GemvConfig(nw=16, s=1, u=4, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 15.72 us, runner-up 15.97 us
-    ("pooler", 8): GemvConfig(nw=4, s=2, u=12, r=2, pipe=6, pf=0, pdl=1, cl=2),  # 15.88 us, runner-up 15.97 us
+    ("pooler", 8): GemvtConfig(nw=4, s=2, st=12, ka=2, pdl=1, cl=2),  # 15.88 us, runner-up 15.97 us
     ("pooler", 16): GemvConfig(nw=8, s=2, u=4, r=2, pipe=3, pf=0, pdl=1, cl=2),  # 16.38 us, runner-up 16.58 us
-    ("pooler", 32): GemvConfig(nw=4, s=2, u=8, r=2, pipe=6, pf=0, pdl=1, cl=2),  # 16.75 us, runner-up 17.24 us
+    ("pooler", 32): GemvtConfig(nw=4, s=2, st=8, ka=2, pdl=1, cl=2),  # 16.75 us, runner-up 17.24 us
     ("unpooler", 1): GemvConfig(nw=8, s=2, u=2, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 15.46 us, runner-up 15.52 us
     ("unpooler", 2): GemvConfig(nw=8, s=2, u=2, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 15.53 us, runner-up 15.55 us
-    ("unpooler", 4): GemvConfig(nw=4, s=1, u=12, r=2, pipe=6, pf=0, pdl=1, cl=0),  # 15.45 us, runner-up 15.55 us
-    ("unpooler", 8): GemvConfig(nw=4, s=1, u=12, r=2, pipe=6, pf=0, pdl=1, cl=0),  # 15.36 us, runner-up 15.45 us
-    ("unpooler", 16): GemvConfig(nw=4, s=2, u=4, r=2, pipe=6, pf=0, pdl=1, cl=2),  # 16.11 us, runner-up 16.14 us
-    ("unpooler", 32): GemvConfig(nw=4, s=1, u=8, r=2, pipe=6, pf=0, pdl=1, cl=0),  # 16.68 us, runner-up 17.06 us
+    ("unpooler", 4): GemvtConfig(nw=4, s=1, st=12, ka=2, pdl=1, cl=0),  # 15.45 us, runner-up 15.55 us
+    ("unpooler", 8): GemvtConfig(nw=4, s=1, st=12, ka=2, pdl=1, cl=0),  # 15.36 us, runner-up 15.45 us
+    ("unpooler", 16): GemvtConfig(nw=4, s=2, st=4, ka=2, pdl=1, cl=2),  # 16.11 us, runner-up 16.14 us
+    ("unpooler", 32): GemvtConfig(nw=4, s=1, st=8, ka=2, pdl=1, cl=0),  # 16.68 us, runner-up 17.06 us
 }
 # ---- END GENERATED ----
 
@@ -155,29 +161,70 @@ ZTABLE = {
 
 
 # ===================================================================================================
-# CUDA source. KERNEL_SRC is plain CUDA C++ (nvcc alone compiles it: tests/test_compile.py does, for
-# sm_90, on a CPU machine); BIND_SRC is the torch glue, compiled by the host compiler.
+# CUDA source, inlined by build.py from csrc/ (edit csrc/, then run `python3 build.py`). KERNEL_SRC is plain CUDA
+# C++: csrc/kernels.cu with the headers it includes, each once (nvcc alone compiles it: tests/test_compile.py does,
+# for sm_90a, on a CPU machine). BIND_SRC is the pybind11 glue (csrc/bind.cpp with csrc/args.h), compiled by the
+# host compiler; it includes no torch header.
 # ===================================================================================================
+# ---- BEGIN GENERATED by build.py from csrc/kernels.cu: edit csrc/, not this ----
 KERNEL_SRC = r"""
-// MUSE BF16 GEMV kernels for sm_90a (an H100 / H200: wgmma is arch-specific).
-// defines: ld_stream, ld_x, mma16816, prmt, lop3_or_and, pdl_trigger, pdl_wait, decz, prefetch_l2,
-//          load_wbatch, load_zbatch, sum_warps, mma_zgroup, splitk_combine, store_tile, gemv_kernel, gemvz_kernel,
-//          unpackz_kernel, mbar_*, bulk_load, tma_load_2d, wg_*, wgmma_ss, wgmma_rs, ring_slice, ring_init,
-//          ring_produce, gemvt_kernel, gemvtz_kernel, make_tmap, launch_gemv, launch_gemvz, launch_pdl,
-//          gemv_dispatch, gemvz_dispatch, gemv_attrs, gemvz_attrs, unpackz_launch
-#include <cuda.h>  // CUtensorMap (gemvt_kernel's TMA descriptors; the driver entry point is fetched at run time)
-#include <cuda_bf16.h>
+// MUSE BF16 GEMV kernels for sm_90a (an H100 / H200: wgmma is arch-specific). This file and the headers it includes
+// are the whole device source: tests compile it with nvcc directly; build.py inlines it (this order, each header
+// once) into submission.py's KERNEL_SRC, the string the upload compiles with load_inline.
+//   ptx.cuh     one wrapper per PTX instruction
+//   common.cuh  x loads, the warps' reduction, split-K combine (ticket / cluster), store, MUSE_TRACE hooks
+//   gemv.cuh    gemv_kernel: plain BF16 (and the router's fp32 as hi + lo), PIPE 0..5
+//   gemvz.cuh   the 12-bit format (decz), gemvz_kernel with its exception warp, unpackz_kernel
+//   gemvt.cuh   gemvt_kernel: TMA ring + warpgroup MMA (GemvtConfig)
+//   launch.cuh  launch_pdl, opt-ins, TMA descriptors, launchers, dispatchers; configs.cuh (generated) inside
+// launch.cuh: host side. Per-kernel opt-ins, the one launch function (PDL, clusters, carveout), TMA descriptors,
+// one launcher per kernel family, and the dispatchers that map a runtime config onto a compiled instantiation
+// (configs.cuh, generated by build.py from tables/).
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
-#include <stdint.h>
 
 #include <mutex>
 #include <utility>
 #include <vector>
 
-typedef __nv_bfloat16 bf16;
+// gemv.cuh: the plain BF16 GEMV (PIPE 0..5) and its weight loader.
+// common.cuh: the pieces gemv_kernel, gemvz_kernel and gemvt_kernel share: x loads, the warps' reduction, the
+// split-K combine (global ticket or thread-block cluster), the store, and the MUSE_TRACE hooks.
+// defines: land_before_wait, load_xbatch, sum_warps, splitk_combine, cluster_combine, cluster_start, store_tile,
+//          MIN_BLOCKS, MuseTrace / TR_* (MUSE_TRACE builds), combine_store
+// args.h: what one launch hands its kernel besides the template parameters: one struct for the three kernel families,
+// shared by the device source and the Python glue (bind.cpp), so a new field is written here and filled in bind.cpp.
+// Plain C++ (pointers as void*): the glue is compiled by the host compiler without CUDA's headers.
+#include <stdint.h>
 
-// ---- PTX helpers: one per instruction -------------------------------------------------------------
+struct GemvArgs {
+  const void* x;     // bf16 [M, K] row-major, 16-byte aligned (gemvt: the pointer of its TMA descriptor)
+  const void* w;     // the layer's weight as the kernel reads it: pack_plain (gemv), pack_z's stream (gemvz), pack_tma's
+                     // tiles (gemvt)
+  const void* w2;    // gemv with DUAL: the router's lo half, packed like w; else unused
+  void* out;         // [M, N]: bf16, fp32 for DUAL
+  void* ws;          // float4 split-K partials (cl = 0 and S > 1)
+  void* sem;         // int32 split-K tickets (cl = 0 and S > 1), zero between calls: every call leaves them so
+  int M, N, K;       // tokens, rows, columns
+  int S;             // CTAs per row group (split-K)
+  int pf;            // gemv / gemvz: 1 = L2 prefetch of each warp's slice before griddepcontrol.wait
+  int cl;            // split-K reduction: 0 global ticket, 1 cluster barrier, 2 cluster mbarrier (st.async)
+  const void* eptr;  // gemvz: the side table's row offsets, int32 [N + 1]; else unused
+  const void* esc;   // gemvz: the side table's entries, int2 {k, fp32 bits of the correction}; else unused
+  uint32_t TL, TH;   // gemvz: the window's 8 classes, 4 bytes each
+};
+// The order is gemv_kernel's parameter list before the struct (x .. cl), so its fields sit at the same offsets of the
+// parameter space and gemv_kernel's machine code did not change (tools/same_code.py).
+// ptx.cuh: one small device function per PTX instruction the kernels use, each with its reason.
+// defines: ld_stream, ld_x, ld_x1_if, ld_esc_if, mma16816, prmt, lop3_or_and, pdl_trigger, pdl_wait,
+//          named_bar_arrive1, named_bar_sync1, cluster_arrive_relaxed / _release, cluster_wait_acquire, cluster_rank,
+//          map_shared, st_cluster, cluster_mbar, mbar_init_expect, st_async, mbar_wait0, prefetch_l2, smem_u32,
+//          mbar_init, mbar_expect_tx, mbar_arrive, mbar_wait, bulk_load, policy_evict_first, tma_load_2d, wg_fence,
+//          wg_commit, wg_wait0, wg_wait1, wg_pin, wg_desc, wgmma_ss
+#include <cuda.h>  // CUtensorMap (gemvt_kernel's TMA descriptors; the driver entry point is fetched at run time)
+#include <cuda_bf16.h>
+
+typedef __nv_bfloat16 bf16;
 
 // Weights are read exactly once: non-coherent path, no L1 allocation (L1 stays free for x).
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
@@ -294,75 +341,99 @@ __device__ __forceinline__ void mbar_wait0(unsigned long long* b) {
   } while (!done);
 }
 
-// ---- the 12-bit format ----------------------------------------------------------------------------
-// decz: one m16n8k16 A fragment (8 bf16, element j = 0..7 in mma16816's register order) from
-//   lo0, lo1: verbatim low bytes of j0..j3 and j4..j7 (exponent bit 0 + 7 mantissa bits), byte i = j_i
-//   c:        8 code nibbles: bits 4j..4j+2 = window index of j's high exponent bits (bf16 bits 14..8);
-//             the nibble top bits carry the signs, placed so one mask lands them on bit 7 of each
-//             high byte: bits 7, 15, 23, 31 = signs of j0..j3; bits 3, 11, 19, 27 = signs of j4..j7
-//   TL, TH:   the window, 8 bytes of bf16 bits 14..8 (sign clear), entries 0..3 in TL, 4..7 in TH
-// 13 integer instructions per 8 weights, no branches. Lab: labs/lab3_compress.py, decz().
-__device__ __forceinline__ uint4 decz(uint32_t lo0, uint32_t lo1, uint32_t c, uint32_t TL, uint32_t TH) {
-  const uint32_t h0 = lop3_or_and(prmt(TL, TH, c & 0x7777u), c, 0x80808080u);
-  const uint32_t h1 = lop3_or_and(prmt(TL, TH, (c >> 16) & 0x7777u), c << 4, 0x80808080u);
-  uint4 f;
-  f.x = prmt(lo0, h0, 0x5140u);  // {lo j0, hi j0, lo j1, hi j1}
-  f.y = prmt(lo0, h0, 0x7362u);  // {lo j2, hi j2, lo j3, hi j3}
-  f.z = prmt(lo1, h1, 0x5140u);
-  f.w = prmt(lo1, h1, 0x7362u);
-  return f;
-}
-
 // Ask L2 to fetch [p, p + bytes) from HBM now: one instruction, no registers held until the data is
 // used. Weights are constant after prepare, so this may run before pdl_wait (pf = 1: the warp's slice).
 __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 }
 
-// ---- shared pieces of both GEMVs ------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(unsigned long long* b, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+}
+// One arrival that also raises the phase's expected transaction count by `bytes` (the copies count them down).
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* b, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long* b) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
+}
+// Wait until the phase with this parity has completed (acquire, CTA scope).
+__device__ __forceinline__ void mbar_wait(unsigned long long* b, uint32_t parity) {
+  const uint32_t a = smem_u32(b);
+  uint32_t done;
+  do {
+    asm volatile("{\n .reg .pred q;\n mbarrier.try_wait.parity.shared::cta.b64 q, [%1], %2;\n selp.u32 %0, 1, 0, q;\n}"
+                 : "=r"(done) : "r"(a), "r"(parity) : "memory");
+  } while (!done);
+}
+// Bulk copy (TMA, no descriptor) of `bytes` contiguous bytes into shared memory at dst; they complete_tx on bar.
+// The L2 policy evict_first: weights are read once, x and the workspace stay.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, unsigned long long* bar,
+                                          uint64_t policy) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+               ::"r"(dst), "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy) : "memory");
+}
+__device__ __forceinline__ uint64_t policy_evict_first() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+// TMA: the box at (c0 = k, c1 = row) of map into shared memory at dst; its bytes complete_tx on bar.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, unsigned long long* bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+               ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
+// Keep the compiler from moving accumulator reads or writes across the asynchronous mma.
+template <int N>
+__device__ __forceinline__ void wg_pin(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+// Shared memory matrix descriptor: K-major, 128-byte swizzle, 8-row atoms 1024 B apart (SBO), LBO unused (1).
+// The k16 step j of an atom starts 32 j bytes in (the swizzle is applied to the address bits).
+__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {
+  return (uint64_t)((saddr >> 4) & 0x3FFFu) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+// D[64 rows x 8 NB tokens] += A[64 x 16] . B[16 x 8 NB], both from shared memory (da, db).
+template <int NB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[NB * 4], uint64_t da, uint64_t db) {
+  if constexpr (NB == 4) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(da), "l"(db), "r"(1));
+  } else if constexpr (NB == 2) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(da), "l"(db), "r"(1));
+  } else {
+    static_assert(NB == 1, "NB is 1, 2 or 4");
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(da), "l"(db), "r"(1));
+  }
+}
 
 // The warp does not reach griddepcontrol.wait before every load of its first batch has landed: chk folds one
 // word of each load, and a branch on it cannot issue before they are all in registers (its body is harmless if it
 // ever runs). gemvz_kernel does this (tools/ab_define.py, 2026-11-30: pooler m=1 12.55 -> 12.43 us, o_proj m=1
-// 6.75 -> 6.67; MUSE_NO_LAND_Z turns it off for an A/B); gemv_kernel does not (the router went 2.95 -> 3.35 us
-// with it: NOTES.md, session 5).
+// 6.75 -> 6.67); gemv_kernel does not (the router went 2.95 -> 3.35 us with it). FINDINGS.md, "PDL".
 __device__ __forceinline__ void land_before_wait(uint32_t chk) {
   if (chk == 0x7fc00123u) asm volatile("nanosleep.u32 1;");
-}
-
-// One batch of U K-blocks of fragment-ordered weights (2 units of 16 B per lane per block) for each of
-// the warp's R row blocks (rstride units apart), for the hi matrix and, with NH = 2, the router's lo.
-// Lab: labs/lab2_fragments.py, part 2.
-template <int U, int NH, int R>
-__device__ __forceinline__ void load_wbatch(uint4 (&a)[NH][U][R][2], const uint4* wp, const uint4* wp2,
-                                            size_t rstride, int i) {
-#pragma unroll
-  for (int u = 0; u < U; u++)
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      const size_t o = r * rstride + (size_t)(i + u) * 64;
-      a[0][u][r][0] = ld_stream(wp + o);
-      a[0][u][r][1] = ld_stream(wp + o + 32);
-      if constexpr (NH == 2) {
-        a[1][u][r][0] = ld_stream(wp2 + o);
-        a[1][u][r][1] = ld_stream(wp2 + o + 32);
-      }
-    }
-}
-
-// One batch of UG 64-wide groups of the 12-bit format for each of R row blocks: units A0, A1, B at
-// +0, +32, +64 (512 B per warp load each).
-template <int UG, int R>
-__device__ __forceinline__ void load_zbatch(uint4 (&z)[UG][R][3], const uint4* wp, size_t rstride, int i) {
-#pragma unroll
-  for (int u = 0; u < UG; u++)
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      const uint4* p = wp + r * rstride + (size_t)(i + u) * 96;
-      z[u][r][0] = ld_stream(p);
-      z[u][r][1] = ld_stream(p + 32);
-      z[u][r][2] = ld_stream(p + 64);
-    }
 }
 
 // One batch of x fragments: for each of U trips' K blocks (KS k apart: 32 plain, 64 compressed) and token block
@@ -391,24 +462,6 @@ __device__ __forceinline__ void sum_warps(float4 (&res)[J], const float4 (&red)[
         res[j].x += v.x; res[j].y += v.y; res[j].z += v.z; res[j].w += v.w;
       }
     }
-  }
-}
-
-// One 64-wide group of one row block: decode its 4 fragments from the A0, A1, B units and run them
-// against the token blocks' x (xa: k 0..31 of the group, xb: k 32..63), 4 NB mma.
-template <int NB>
-__device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)[3], const uint4 (&xa)[NB],
-                                           const uint4 (&xb)[NB], uint32_t TL, uint32_t TH) {
-  const uint4 f0 = decz(z[0].x, z[0].y, z[2].x, TL, TH);
-  const uint4 f1 = decz(z[0].z, z[0].w, z[2].y, TL, TH);
-  const uint4 f2 = decz(z[1].x, z[1].y, z[2].z, TL, TH);
-  const uint4 f3 = decz(z[1].z, z[1].w, z[2].w, TL, TH);
-#pragma unroll
-  for (int nb = 0; nb < NB; nb++) {
-    mma16816(acc[nb], f0, xa[nb].x, xa[nb].y);
-    mma16816(acc[nb], f1, xa[nb].z, xa[nb].w);
-    mma16816(acc[nb], f2, xb[nb].x, xb[nb].y);
-    mma16816(acc[nb], f3, xb[nb].z, xb[nb].w);
   }
 }
 
@@ -604,6 +657,26 @@ __device__ __forceinline__ void combine_store(float4 (&res)[J], MuseTrace& tr_, 
   TR_G(2) TR_C(5) TR_FLUSH(store)
 }
 
+// One batch of U K-blocks of fragment-ordered weights (2 units of 16 B per lane per block) for each of
+// the warp's R row blocks (rstride units apart), for the hi matrix and, with NH = 2, the router's lo.
+// Lab: labs/lab2_fragments.py, part 2.
+template <int U, int NH, int R>
+__device__ __forceinline__ void load_wbatch(uint4 (&a)[NH][U][R][2], const uint4* wp, const uint4* wp2,
+                                            size_t rstride, int i) {
+#pragma unroll
+  for (int u = 0; u < U; u++)
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const size_t o = r * rstride + (size_t)(i + u) * 64;
+      a[0][u][r][0] = ld_stream(wp + o);
+      a[0][u][r][1] = ld_stream(wp + o + 32);
+      if constexpr (NH == 2) {
+        a[1][u][r][0] = ld_stream(wp2 + o);
+        a[1][u][r][1] = ld_stream(wp2 + o + 32);
+      }
+    }
+}
+
 // ---- gemv_kernel: the plain BF16 tensor-core GEMV -------------------------------------------------
 // Contract: x bf16 [M, K] row-major, 16-byte aligned; w (and w2, the router's lo half) bf16 [N, K]
 // repacked by pack_plain into fragment order: [N/16][K/32][2 steps][32 lanes][8 bf16]; out [M, N],
@@ -628,10 +701,15 @@ __device__ __forceinline__ void combine_store(float4 (&res)[J], MuseTrace& tr_, 
 // prepare, so under PDL it overlaps the previous kernel's tail. Lab: labs/lab2_fragments.py, lab5.
 template <int NW, int U, int NB, int R, bool DUAL, int PIPE>
 __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS(PIPE))
-gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4* __restrict__ w2,
-            void* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem, int M, int N, int K, int S,
-            int pf, int cl) {
+gemv_kernel(const GemvArgs args) {
   static_assert(PIPE >= 0 && PIPE <= 5, "PIPE is 0..5");
+  const bf16* __restrict__ x = static_cast<const bf16*>(args.x);
+  const uint4* __restrict__ w = static_cast<const uint4*>(args.w);
+  const uint4* __restrict__ w2 = static_cast<const uint4*>(args.w2);
+  void* __restrict__ out = args.out;
+  float4* __restrict__ ws = static_cast<float4*>(args.ws);
+  int* __restrict__ sem = static_cast<int*>(args.sem);
+  const int M = args.M, N = args.N, K = args.K, S = args.S, pf = args.pf, cl = args.cl;
   constexpr int NH = DUAL ? 2 : 1;
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
@@ -751,6 +829,66 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
   sum_warps<NW, P, NT, J>(res, red);
   combine_store<DUAL, false, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
+// gemvz.cuh: the lossless 12-bit format on the GPU: decz (one fragment), the stream's loader, gemvz_kernel with its
+// exception warp, and unpackz_kernel (prepare's decode check).
+
+#ifdef MUSE_SKIP_CORRECTIONS
+constexpr bool kSkipCorrections = true;   // a timing-only build: gemvz's exception warp adds nothing (wrong results)
+#else
+constexpr bool kSkipCorrections = false;
+#endif
+
+// ---- the 12-bit format ----------------------------------------------------------------------------
+// decz: one m16n8k16 A fragment (8 bf16, element j = 0..7 in mma16816's register order) from
+//   lo0, lo1: verbatim low bytes of j0..j3 and j4..j7 (exponent bit 0 + 7 mantissa bits), byte i = j_i
+//   c:        8 code nibbles: bits 4j..4j+2 = window index of j's high exponent bits (bf16 bits 14..8);
+//             the nibble top bits carry the signs, placed so one mask lands them on bit 7 of each
+//             high byte: bits 7, 15, 23, 31 = signs of j0..j3; bits 3, 11, 19, 27 = signs of j4..j7
+//   TL, TH:   the window, 8 bytes of bf16 bits 14..8 (sign clear), entries 0..3 in TL, 4..7 in TH
+// 13 integer instructions per 8 weights, no branches. Lab: labs/lab3_compress.py, decz().
+__device__ __forceinline__ uint4 decz(uint32_t lo0, uint32_t lo1, uint32_t c, uint32_t TL, uint32_t TH) {
+  const uint32_t h0 = lop3_or_and(prmt(TL, TH, c & 0x7777u), c, 0x80808080u);
+  const uint32_t h1 = lop3_or_and(prmt(TL, TH, (c >> 16) & 0x7777u), c << 4, 0x80808080u);
+  uint4 f;
+  f.x = prmt(lo0, h0, 0x5140u);  // {lo j0, hi j0, lo j1, hi j1}
+  f.y = prmt(lo0, h0, 0x7362u);  // {lo j2, hi j2, lo j3, hi j3}
+  f.z = prmt(lo1, h1, 0x5140u);
+  f.w = prmt(lo1, h1, 0x7362u);
+  return f;
+}
+
+// One batch of UG 64-wide groups of the 12-bit format for each of R row blocks: units A0, A1, B at
+// +0, +32, +64 (512 B per warp load each).
+template <int UG, int R>
+__device__ __forceinline__ void load_zbatch(uint4 (&z)[UG][R][3], const uint4* wp, size_t rstride, int i) {
+#pragma unroll
+  for (int u = 0; u < UG; u++)
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const uint4* p = wp + r * rstride + (size_t)(i + u) * 96;
+      z[u][r][0] = ld_stream(p);
+      z[u][r][1] = ld_stream(p + 32);
+      z[u][r][2] = ld_stream(p + 64);
+    }
+}
+
+// One 64-wide group of one row block: decode its 4 fragments from the A0, A1, B units and run them
+// against the token blocks' x (xa: k 0..31 of the group, xb: k 32..63), 4 NB mma.
+template <int NB>
+__device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)[3], const uint4 (&xa)[NB],
+                                           const uint4 (&xb)[NB], uint32_t TL, uint32_t TH) {
+  const uint4 f0 = decz(z[0].x, z[0].y, z[2].x, TL, TH);
+  const uint4 f1 = decz(z[0].z, z[0].w, z[2].y, TL, TH);
+  const uint4 f2 = decz(z[1].x, z[1].y, z[2].z, TL, TH);
+  const uint4 f3 = decz(z[1].z, z[1].w, z[2].w, TL, TH);
+#pragma unroll
+  for (int nb = 0; nb < NB; nb++) {
+    mma16816(acc[nb], f0, xa[nb].x, xa[nb].y);
+    mma16816(acc[nb], f1, xa[nb].z, xa[nb].w);
+    mma16816(acc[nb], f2, xb[nb].x, xb[nb].y);
+    mma16816(acc[nb], f3, xb[nb].z, xb[nb].w);
+  }
+}
 
 // ---- gemvz_kernel: the compressed GEMV with its exception warp ------------------------------------
 // Contract: x as gemv_kernel; w = pack_z's stream: [N/16][K/64][A0 32 units | A1 32 units | B 32 units]
@@ -767,32 +905,32 @@ gemv_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const uint4
 //     L1, before pdl_wait. A row's list is walked in chunks of EC entries: the chunk's entries, then all their
 //     x values, are loaded before its first FMA (one chain of two loads per chunk, not per entry). R >= 2: the
 //     first chunks of all R blocks are loaded at once, every load predicated in the PTX (no branch around it;
-//     o_proj m=8 7.1 -> 6.7 us, NOTES.md session 13); R = 1: a block at a time (the predicated form ties or loses).
+//     o_proj m=8 7.1 -> 6.7 us, FINDINGS.md, session 13); R = 1: a block at a time (the predicated form ties or loses).
 //     NB >= 2: the walk starts once every streaming warp is through its first trip (named barrier 1: they arrive,
-//     it syncs), away from their first x misses: o_proj m=16 -0.1 us (NOTES.md session 14); at NB = 1 it starts at
+//     it syncs), away from their first x misses: o_proj m=16 -0.1 us (FINDINGS.md, session 14); at NB = 1 it starts at
 //     the wait (the late start lost up to 0.35 us there). The walk is never the CTA's last warp at the barrier; what it
 //     costs (0.2-0.5 us at m=16) is its L2 requests slowing the stream (session 14's trace and timing-only variants).
 // An out-of-window weight decodes to a fixed in-window value v (+0 when the window holds zero);
-// prepare verified fl32(v + correction) == W for every one of them. dbg & 1 skips the corrections.
+// prepare verified fl32(v + correction) == W for every one of them. A build with MUSE_SKIP_CORRECTIONS defined skips
+// the corrections (wrong results: tools/ab.py times what they cost; a GPU test checks that they matter).
 // Lab: labs/lab3_compress.py (format, decz, the kernel in miniature).
 template <int NW, int UG, int NB, int R, int PIPE>
 __global__ void __launch_bounds__((NW + 1) * 32, MIN_BLOCKS(PIPE))
-gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int* __restrict__ eptr,
-             const int2* __restrict__ esc, bf16* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem,
-             int M, int N, int K, int S, uint32_t TL, uint32_t TH, int dbg, int pf, int cl) {
+gemvz_kernel(const GemvArgs args) {
   static_assert(PIPE >= 0 && PIPE <= 5, "PIPE is 0..5");
+  const bf16* __restrict__ x = static_cast<const bf16*>(args.x);
+  const uint4* __restrict__ w = static_cast<const uint4*>(args.w);
+  const int* __restrict__ eptr = static_cast<const int*>(args.eptr);
+  const int2* __restrict__ esc = static_cast<const int2*>(args.esc);
+  bf16* __restrict__ out = static_cast<bf16*>(args.out);
+  float4* __restrict__ ws = static_cast<float4*>(args.ws);
+  int* __restrict__ sem = static_cast<int*>(args.sem);
+  const int M = args.M, N = args.N, K = args.K, S = args.S, pf = args.pf, cl = args.cl;
+  const uint32_t TL = args.TL, TH = args.TH;
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   constexpr int EC = NB == 4 ? 2 : 4;  // exception chunk: EC entries x NB*4 tokens of x in flight per lane
-#ifdef MUSE_EXC_EARLY
-  constexpr bool LATE = false;  // A/B: the walk starts at the wait at every NB (the kernel until session 13)
-#else
   constexpr bool LATE = NB >= 2;  // the walk starts once every streaming warp is through its first trip
-#endif
-#ifdef MUSE_EXC_WALK1
-  constexpr bool PWALK = false;  // A/B: the R = 1 walk at every R (the walk shipped until session 12)
-#else
   constexpr bool PWALK = R >= 2;  // the exception warp's walk: predicated first chunks of all row blocks at once
-#endif
   extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
   MuseTrace tr_;  // MUSE_TRACE: thread 0's timestamps
   TR_G(0) TR_C(0)
@@ -814,7 +952,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       const int row = (rg * R + r) * 16 + rl;
       beg[r] = __ldg(eptr + row);
       end[r] = __ldg(eptr + row + 1);
-      if (!(dbg & 1) && beg[r] < end[r])
+      if (!kSkipCorrections && beg[r] < end[r])
         asm volatile("prefetch.global.L1 [%0];" ::"l"(esc + beg[r]));
     }
     pdl_wait();
@@ -830,7 +968,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         }
     };
     if constexpr (PWALK) {
-      // R >= 2 (session 13, NOTES.md): the first chunk of every row block at once after the wait, with every load
+      // R >= 2 (session 13, FINDINGS.md): the first chunk of every row block at once after the wait, with every load
       // predicated in the PTX itself (rewrites that came out with branches around their x loads lost in session 12).
       // Same entries, same order, same FMAs as the walk below.
       auto load_chunk = [&](int2 (&e)[EC], float (&xv)[EC][NB * 4], int j, int end) {
@@ -847,7 +985,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       int2 e0[R][EC];
       float xv0[R][EC][NB * 4];
 #pragma unroll
-      for (int r = 0; r < R; r++) load_chunk(e0[r], xv0[r], beg[r], (dbg & 1) ? beg[r] : end[r]);
+      for (int r = 0; r < R; r++) load_chunk(e0[r], xv0[r], beg[r], kSkipCorrections ? beg[r] : end[r]);
 #pragma unroll
       for (int r = 0; r < R; r++) {
         float ea[NB * 4];
@@ -872,7 +1010,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         float ea[NB * 4];
 #pragma unroll
         for (int q = 0; q < NB * 4; q++) ea[q] = 0.f;
-        if (!(dbg & 1)) {
+        if (!kSkipCorrections) {
           for (int j = beg[r]; j < end[r]; j += EC) {
             int2 e[EC];
             bool use[EC];
@@ -908,7 +1046,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
     }
     uint4 z[UG][R][3];
     load_zbatch<UG, R>(z, wp, rstride, 0);
-#ifndef MUSE_NO_LAND_Z
     {
       uint32_t chk = 0;
 #pragma unroll
@@ -917,7 +1054,6 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
         for (int r = 0; r < R; r++) chk ^= z[u][r][0].x ^ z[u][r][1].x ^ z[u][r][2].x;
       land_before_wait(chk);
     }
-#endif
     pdl_wait();
     TR_G(1) TR_C(1)
 
@@ -931,7 +1067,7 @@ gemvz_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w, const int*
       for (int nb = 0; nb < NB; nb++) acc[r][nb][0] = acc[r][nb][1] = acc[r][nb][2] = acc[r][nb][3] = 0.f;
     // LATE: every streaming thread arrives on named barrier 1 once, after its first trip's MMAs (its x is in). The
     // arrival waits for the warp's loads in flight (bar.arrive orders them), and the walk's burst needs that pause:
-    // a relaxed shared counter as the signal lost 0.7 us, other placements 0.08 (NOTES.md, session 15).
+    // a relaxed shared counter as the signal lost 0.7 us, other placements 0.08 (FINDINGS.md, session 15).
     auto let_exception_warp_go = [&](int i) {
       if constexpr (LATE)
         if (i == 0) named_bar_arrive1((NW + 1) * 32);
@@ -1041,6 +1177,8 @@ __global__ void unpackz_kernel(const uint4* __restrict__ w, uint16_t* __restrict
     }
   }
 }
+// gemvt.cuh: PIPE 6 of the plain path (its own config type, GemvtConfig): a TMA ring of weight tiles and x, and
+// warpgroup MMA from shared memory.
 
 // ---- gemvt_kernel: PIPE 6 of the plain path, a TMA ring of weight tiles and x, warpgroup MMA ---------------
 // Contract: x bf16 [M, K] row-major, reached through a 2-D TMA descriptor (box 64 k x 8 NB tokens, 128-byte
@@ -1064,97 +1202,15 @@ __global__ void unpackz_kernel(const uint4* __restrict__ w, uint16_t* __restrict
 // Why: at m = 16 / 32 the register kernels are held by x's trips through L1 (ncu 2026-12-01: L1TEX 80% of peak,
 // DRAM 43%); here x reaches the tensor cores from shared memory, one TMA copy per stage, and the bytes in flight
 // (ST stages) cost no registers. Why tiles: boxes of the natural [N, K] layout read 128 B from each of 64 rows
-// 16 KB apart, and streamed at 3.7-3.8 TB/s (device call 3, 2026-12-01; NOTES.md session 9).
+// 16 KB apart, and streamed at 3.7-3.8 TB/s (device call 3, 2026-12-01; FINDINGS.md, session 9).
 // Lab: labs/lab6_tma.py (the tiles, the swizzle the descriptors undo, x's box, the kernel in miniature).
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void mbar_init(unsigned long long* b, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
-}
-// One arrival that also raises the phase's expected transaction count by `bytes` (the copies count them down).
-__device__ __forceinline__ void mbar_expect_tx(unsigned long long* b, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned long long* b) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
-}
-// Wait until the phase with this parity has completed (acquire, CTA scope).
-__device__ __forceinline__ void mbar_wait(unsigned long long* b, uint32_t parity) {
-  const uint32_t a = smem_u32(b);
-  uint32_t done;
-  do {
-    asm volatile("{\n .reg .pred q;\n mbarrier.try_wait.parity.shared::cta.b64 q, [%1], %2;\n selp.u32 %0, 1, 0, q;\n}"
-                 : "=r"(done) : "r"(a), "r"(parity) : "memory");
-  } while (!done);
-}
-// Bulk copy (TMA, no descriptor) of `bytes` contiguous bytes into shared memory at dst; they complete_tx on bar.
-// The L2 policy evict_first: weights are read once, x and the workspace stay.
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, unsigned long long* bar,
-                                          uint64_t policy) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
-               ::"r"(dst), "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy) : "memory");
-}
-__device__ __forceinline__ uint64_t policy_evict_first() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-// TMA: the box at (c0 = k, c1 = row) of map into shared memory at dst; its bytes complete_tx on bar.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, unsigned long long* bar) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-               ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
-__device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
-// Keep the compiler from moving accumulator reads or writes across the asynchronous mma.
-template <int N>
-__device__ __forceinline__ void wg_pin(float (&d)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
-// Shared memory matrix descriptor: K-major, 128-byte swizzle, 8-row atoms 1024 B apart (SBO), LBO unused (1).
-// The k16 step j of an atom starts 32 j bytes in (the swizzle is applied to the address bits).
-__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {
-  return (uint64_t)((saddr >> 4) & 0x3FFFu) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-// D[64 rows x 8 NB tokens] += A[64 x 16] . B[16 x 8 NB], both from shared memory (da, db).
-template <int NB>
-__device__ __forceinline__ void wgmma_ss(float (&d)[NB * 4], uint64_t da, uint64_t db) {
-  if constexpr (NB == 4) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(da), "l"(db), "r"(1));
-  } else if constexpr (NB == 2) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "l"(da), "l"(db), "r"(1));
-  } else {
-    static_assert(NB == 1, "NB is 1, 2 or 4");
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "l"(da), "l"(db), "r"(1));
-  }
-}
 
 // Dynamic shared memory of one gemvt CTA: 1 KB of alignment slack, the ring, and with cl the leader's cbuf.
 __host__ __device__ constexpr size_t gemvt_smem(int NW, int ST, int NB, int KA, int S, int cl) {
   return 1024 + (size_t)ST * KA * (16 * NW + 8 * NB) * 128 + (cl ? (size_t)(S - 1) * NW * NB * 32 * 16 : 0);
 }
 
-// ---- the ring shared by gemvt_kernel and gemvtz_kernel ------------------------------------------------------
-// The split, the barriers, the producer and the end are shared. The consumer loops stay in each kernel: they
-// differ (wgmma from shared memory / decode and patches into registers).
+// ---- the ring: split, barriers, producer, end ----------------------------------------------------------------
 // Split-K in whole steps of KA 64-k groups, any S <= K / (64 KA): CTA sidx takes steps [sidx T / S, (sidx + 1) T / S).
 template <int KA>
 __device__ __forceinline__ void ring_slice(int K, int S, int sidx, int& steps, int& g0) {
@@ -1235,11 +1291,15 @@ __device__ __forceinline__ void ring_end(const float (&acc)[NB * 4], uint8_t* ri
 
 template <int NW, int ST, int NB, int KA>
 __global__ void __launch_bounds__(NW * 32 + 32, 1)
-gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap tx, bf16* __restrict__ out,
-             float4* __restrict__ ws, int* __restrict__ sem, int M, int N, int K, int S, int cl) {
+gemvt_kernel(const GemvArgs args, const __grid_constant__ CUtensorMap tx) {
   static_assert(NW % 4 == 0 && NW >= 4 && NW <= 16, "NW: whole warpgroups");
   constexpr uint32_t TILE = 64 * 128, WB = 16 * NW * 128, XB = 8 * NB * 128, STAGE = KA * (WB + XB);
   constexpr int NWG = NW / 4, P = NW * NB * 32;
+  const uint8_t* __restrict__ wt = static_cast<const uint8_t*>(args.w);
+  bf16* __restrict__ out = static_cast<bf16*>(args.out);
+  float4* __restrict__ ws = static_cast<float4*>(args.ws);
+  int* __restrict__ sem = static_cast<int*>(args.sem);
+  const int M = args.M, N = args.N, K = args.K, S = args.S, cl = args.cl;
   extern __shared__ uint8_t dsm[];
   __shared__ __align__(8) unsigned long long full[ST], empty[ST];
   const uint32_t dbase = smem_u32(dsm), base = (dbase + 1023u) & ~1023u;
@@ -1287,206 +1347,6 @@ gemvt_kernel(const uint8_t* __restrict__ wt, const __grid_constant__ CUtensorMap
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[s]);
     }
-  }
-  ring_end<NW, NB>(acc, ring, cbuf, tr_, out, ws, sem, tid, lane, warp, rg, sidx, S, cl, M, N);
-}
-
-// ---- gemvtz_kernel: PIPE 6 of the compressed path, the 12-bit stream in gemvt's TMA ring ----------------------
-// Contract: x bf16 [M, K] (TMA box as gemvt_kernel; the pointer is unused); wz = pack_tz's tiles:
-// [N/64][K/64][4 row blocks][A0 | A1 | B: 96 units of 16 B] (6 KB a tile), the 12-bit stream of W with the columns
-// of each 64-group permuted (tma_kperm) so that decz's fragment f of a group is wgmma's A for k 16 f .. 16 f + 15 in
-// the natural order of x; the exceptions as patches (patch_table: eptr = pptr, esc = pesc); out bf16 [M, N].
-// Requires N % (16 NW) == 0, K % (64 KA) == 0, S <= K / (64 KA), NW = 4 or 8.
-//
-//   warps 0..NW-1 consume (one warpgroup per 64 rows), warp NW produces
-//   stage = x [KA groups][8 NB tokens x 128 B] (TMA boxes, 128-byte swizzle) then W [NW / 4 warpgroups][KA tiles]
-//   per group a consumer warp reads its row block's A0, A1, B (16 B each per lane, ld.shared), decodes 4 fragments
-//     (decz), patches its exceptions into them (the lane that holds the element writes W's bf16 bits over the
-//     in-window value decz gave) and issues 4 wgmma.m64n(8NB)k16 with A from registers and B = the group's x;
-//     software-pipelined: a stage is read, decoded and patched while the previous stage's wgmma run
-//   a lane's patches: its own list in the patch table (the elements it holds, k-group ascending), the next four in
-//     registers; a stage costs one compare per lane, and a lane that owns a patch there branches to the one word
-//     (patch_group; session 10's warp-wide rounds of selects over every word cost 2.0 / 5.2 us against 1.2 / 2.4
-//     at unpooler / pooler m = 32: NOTES.md, session 11); read before griddepcontrol.wait
-//   end: D -> split-K combine (gemv_kernel's) -> store
-// So the tensor cores see W itself, exceptions included: no correction pass, and the sums are the plain path's
-// products. Session 10 measured the correction passes this replaces: lanes a row loading x from global (pooler
-// m = 32: 26.8 us, 18.2 with the corrections skipped), then a warp applying them from the ring's x (24.5 / 16.3);
-// these per-lane patches: 23.1 / 16.8-17.2 (gemvt 16.7-17.0; NOTES.md, session 10).
-// dbg & 1 skips the patches. Lab: labs/lab3_compress.py (format, decz), labs/lab6_tma.py (ring, swizzle, and this
-// kernel in miniature: pack_tz, the fragments, the patches, part 4).
-template <int NB>
-__device__ __forceinline__ void wgmma_rs(float (&d)[NB * 4], uint4 a, uint64_t db) {
-  if constexpr (NB == 4) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), "r"(1));
-  } else if constexpr (NB == 2) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), "r"(1));
-  } else {
-    static_assert(NB == 1, "NB is 1, 2 or 4");
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), "r"(1));
-  }
-}
-
-// Dynamic shared memory of one gemvtz CTA: alignment slack, the ring, and with cl the leader's cbuf.
-__host__ __device__ constexpr size_t gemvtz_smem(int NW, int ST, int NB, int KA, int S, int cl) {
-  return 1024 + (size_t)ST * KA * (8 * NB * 128 + NW / 4 * 6144) + (cl ? (size_t)(S - 1) * NW * NB * 32 * 16 : 0);
-}
-
-// One lane's patch into word r = fragment * 4 + word (0..15) of a group's four fragments: a branch to the one word
-// (a switch: the other fifteen are not touched, and only the lanes that own a patch run it).
-__device__ __forceinline__ void patch_group(uint4 (&f)[4], int r, uint32_t hm, uint32_t val) {
-#define MUSE_PATCH(J, W, F) \
-  case J * 4 + W: f[J].F = (f[J].F & ~hm) | (val & hm); break;
-  switch (r) {
-    MUSE_PATCH(0, 0, x) MUSE_PATCH(0, 1, y) MUSE_PATCH(0, 2, z) MUSE_PATCH(0, 3, w)
-    MUSE_PATCH(1, 0, x) MUSE_PATCH(1, 1, y) MUSE_PATCH(1, 2, z) MUSE_PATCH(1, 3, w)
-    MUSE_PATCH(2, 0, x) MUSE_PATCH(2, 1, y) MUSE_PATCH(2, 2, z) MUSE_PATCH(2, 3, w)
-    MUSE_PATCH(3, 0, x) MUSE_PATCH(3, 1, y) MUSE_PATCH(3, 2, z) MUSE_PATCH(3, 3, w)
-    default: break;
-  }
-#undef MUSE_PATCH
-}
-
-template <int NW, int ST, int NB, int KA>
-__global__ void __launch_bounds__((NW + 1) * 32, 1)
-gemvtz_kernel(const uint8_t* __restrict__ wz, const __grid_constant__ CUtensorMap tx, const bf16* __restrict__ x,
-              const int* __restrict__ eptr, const int2* __restrict__ esc, bf16* __restrict__ out,
-              float4* __restrict__ ws, int* __restrict__ sem, int M, int N, int K, int S, uint32_t TL, uint32_t TH,
-              int dbg, int cl) {
-  static_assert(NW == 4 || NW == 8, "NW: one or two warpgroups");
-  static_assert(KA == 1 || KA == 2, "KA: one or two 64-k groups a stage (patch_group's index)");
-  constexpr int NWG = NW / 4, NTOK = 8 * NB;
-  constexpr uint32_t TILE = 6144, XB = NTOK * 128, STAGE = KA * (XB + NWG * TILE);
-  constexpr int P = NW * NB * 32;
-  extern __shared__ uint8_t dsm[];
-  __shared__ __align__(8) unsigned long long full[ST], empty[ST];
-  const uint32_t dbase = smem_u32(dsm), base = (dbase + 1023u) & ~1023u;
-  uint8_t* ring = dsm + (base - dbase);
-  float4* cbuf = reinterpret_cast<float4*>(ring + (size_t)ST * STAGE);                 // cl: [S - 1][P]
-  MuseTrace tr_{};
-  pdl_trigger();
-  cluster_start<P>(cl, S);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int rg = blockIdx.x, sidx = blockIdx.y;
-  int steps, g0;  // g0: first 64-group of the slice
-  ring_slice<KA>(K, S, sidx, steps, g0);
-  ring_init<ST>(full, empty, NW);
-
-  float acc[NB * 4];
-#pragma unroll
-  for (int i = 0; i < NB * 4; i++) acc[i] = 0.f;
-  if (warp == NW) {
-    if (lane == 0) {
-      const size_t KG = K / 64;
-      auto load_w = [&](uint32_t sb, int i, unsigned long long* bar, uint64_t pol) {
-#pragma unroll
-        for (int g = 0; g < NWG; g++)
-          bulk_load(sb + KA * XB + g * KA * TILE, wz + (((size_t)rg * NWG + g) * KG + g0 + i * KA) * TILE, KA * TILE,
-                    bar, pol);
-      };
-      ring_produce<ST, KA>(&tx, full, empty, base, STAGE, 0, XB, steps, g0, load_w);
-    }
-  } else {
-    // Software-pipelined: stage i's wgmma run while stage i + 1 is read, decoded and patched. The fragments are
-    // wgmma's A registers, read asynchronously: a buffer is refilled only after wgmma.wait_group 1 says the group
-    // that read it (stage i - 1) is done, which also frees stage i - 1's slot of the ring.
-    const int wg = warp >> 2, rb = rg * NW + warp;   // rb: this warp's 16-row block
-    // this lane's patches, G ascending: entry {G << 5 | fragment << 3 | word << 1 | half, bf16 bits of W}; the
-    // next four in registers, the one after them loaded as the first moves out. Read before the wait (constant).
-    const int2 none = make_int2(0x7fffffff, 0);                 // G = none.x >> 5: past every slice
-    int nx = __ldg(eptr + rb * 32 + lane);                      // the next entry to load
-    const int end = (dbg & 1) ? nx : __ldg(eptr + rb * 32 + lane + 1);   // dbg & 1: no patches
-    auto load_next = [&]() { const int2 v = nx < end ? __ldg(esc + nx) : none; nx++; return v; };
-    int2 e0 = load_next(), e1 = load_next(), e2 = load_next(), e3 = load_next();
-    auto advance = [&]() { e0 = e1; e1 = e2; e2 = e3; e3 = load_next(); };
-    while ((e0.x >> 5) < g0) advance();                          // patches before this CTA's K slice
-    uint4 f[2][KA][4];
-    // stage i: wait for it, read and decode this warp's fragments into fb, write the stage's patches into them
-    auto decode = [&](uint4 (&fb)[KA][4], int i) {
-      const int s = i % ST;
-      mbar_wait(&full[s], (i / ST) & 1);
-#pragma unroll
-      for (int a = 0; a < KA; a++) {
-        const uint8_t* tp = ring + (size_t)s * STAGE + KA * XB + (wg * KA + a) * TILE + (warp & 3) * 1536 + lane * 16;
-        const uint4 A0 = *reinterpret_cast<const uint4*>(tp), A1 = *reinterpret_cast<const uint4*>(tp + 512),
-                    B = *reinterpret_cast<const uint4*>(tp + 1024);
-#ifdef MUSE_TZ_NODEC  // tools/tz_probe.py's timing-only variant (wrong results on purpose): the raw words as A
-        fb[a][0] = make_uint4(A0.x, A0.y, B.x, B.y);
-        fb[a][1] = make_uint4(A0.z, A0.w, B.z, B.w);
-        fb[a][2] = make_uint4(A1.x, A1.y, B.x, B.z);
-        fb[a][3] = make_uint4(A1.z, A1.w, B.y, B.w);
-#else
-        fb[a][0] = decz(A0.x, A0.y, B.x, TL, TH);
-        fb[a][1] = decz(A0.z, A0.w, B.y, TL, TH);
-        fb[a][2] = decz(A1.x, A1.y, B.z, TL, TH);
-        fb[a][3] = decz(A1.z, A1.w, B.w, TL, TH);
-#endif
-      }
-      // the stage's patches: each lane alone walks its own (usually none) and branches to the word, fragment * 4 + word
-      // of the entry's group, half bit 0 of e0.x; no warp-wide round
-      const int gs = g0 + i * KA;
-      while ((e0.x >> 5) - gs < KA) {
-        const int a = (e0.x >> 5) - gs;  // the entry's group in the stage
-        const uint32_t hm = (e0.x & 1) ? 0xFFFF0000u : 0x0000FFFFu, val = ((uint32_t)e0.y & 0xFFFFu) * 0x00010001u;
-        // constant indices keep fb in registers; KA == 1 spelled out keeps a single switch there
-        if (KA == 1 || a == 0) patch_group(fb[0], (e0.x >> 1) & 15, hm, val);
-        else patch_group(fb[KA - 1], (e0.x >> 1) & 15, hm, val);
-        advance();
-      }
-    };
-    auto issue = [&](const uint4 (&fb)[KA][4], int i) {
-      const uint32_t sb = base + (i % ST) * STAGE;
-      wg_pin(acc);
-      wg_fence();
-#pragma unroll
-      for (int a = 0; a < KA; a++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) wgmma_rs<NB>(acc, fb[a][j], wg_desc(sb + a * XB + 32 * j));
-      wg_commit();
-    };
-    auto release = [&](int i) {    // stage i's wgmma are complete: its slot of the ring is free
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[i % ST]);
-    };
-#ifdef MUSE_TZ_EMPTY  // tools/tz_probe.py's timing-only variant: the consumers only wait for each stage and free it
-    for (int i = 0; i < steps; i++) {
-      mbar_wait(&full[i % ST], (i / ST) & 1);
-      release(i);
-    }
-#else
-    if (steps > 0) decode(f[0], 0);
-    for (int i = 0; i < steps; i += 2) {
-      issue(f[0], i);
-      wg_wait1();
-      wg_pin(acc);
-      if (i > 0) release(i - 1);
-      if (i + 1 >= steps) break;
-      decode(f[1], i + 1);
-      issue(f[1], i + 1);
-      wg_wait1();
-      wg_pin(acc);
-      release(i);
-      if (i + 2 < steps) decode(f[0], i + 2);
-    }
-    wg_wait0();
-    wg_pin(acc);
-    if (steps > 0) release(steps - 1);
-#endif
   }
   ring_end<NW, NB>(acc, ring, cbuf, tr_, out, ws, sem, tid, lane, warp, rg, sidx, S, cl, M, N);
 }
@@ -1598,62 +1458,44 @@ static int make_tmap(CUtensorMap* m, const void* p, int rows, int K, int box_row
   return r == CUDA_SUCCESS ? 0 : (int)cudaErrorInvalidValue;
 }
 
-// One C3 line: PIPE 0..5 launch gemv_kernel; PIPE 6 gemvt_kernel<NW, ST = U, NB, KA = R> over pack_tma's tiles w.
+// ---- one launcher per kernel family ------------------------------------------------------------------
+// The launch options of a config (co: the carveout, -1 = the driver's choice; pdl) and the stream.
+struct LaunchOpts {
+  int co;
+  bool pdl;
+  cudaStream_t st;
+};
+
+// gemv_kernel<NW, U, NB, R, DUAL, PIPE>: grid (N / 16R, S), clusters (1, S) when cl; the leader's cbuf in dynamic smem.
 template <int NW, int U, int NB, int R, bool D, int P>
-static int launch_gemv(const void* x, const void* w, const void* w2, void* out, void* ws, void* sem, int M, int N,
-                       int K, int S, int pf, int cl, int co, bool pdl, cudaStream_t st) {
-  if constexpr (P == 6) {
-    static_assert(!D && NW % 4 == 0, "PIPE 6: bf16 weights, whole warpgroups");
-    const void* f = (const void*)gemvt_kernel<NW, U, NB, R>;
-    int e = opt_in_once(f, OPT_LARGE_SMEM);
-    if (e) return e;
-    CUtensorMap tx;
-    if ((e = make_tmap(&tx, x, M, K, 8 * NB))) return e;
-    return launch_pdl(gemvt_kernel<NW, U, NB, R>, dim3(N / (16 * NW), S), dim3(NW * 32 + 32), st, pdl, cl ? S : 1,
-                      gemvt_smem(NW, U, NB, R, S, cl), co, (const uint8_t*)w, tx, (bf16*)out, (float4*)ws, (int*)sem,
-                      M, N, K, S, cl);
-  } else {
-    return launch_pdl(gemv_kernel<NW, U, NB, R, D, P>, dim3(N / (16 * R), S), dim3(NW * 32), st, pdl, cl ? S : 1,
-                      cl ? (size_t)(S - 1) * R * NB * 32 * 16 : 0, co, (const bf16*)x, (const uint4*)w,
-                      (const uint4*)w2, out, (float4*)ws, (int*)sem, M, N, K, S, pf, cl);
-  }
+static int launch_gemv(const GemvArgs& a, const LaunchOpts& o) {
+  return launch_pdl(gemv_kernel<NW, U, NB, R, D, P>, dim3(a.N / (16 * R), a.S), dim3(NW * 32), o.st, o.pdl,
+                    a.cl ? a.S : 1, a.cl ? (size_t)(a.S - 1) * R * NB * 32 * 16 : 0, o.co, a);
 }
 
-template <int NW, int U, int NB, int R, bool D, int P>
-static const void* gemv_func() {
-  if constexpr (P == 6) return (const void*)gemvt_kernel<NW, U, NB, R>;
-  else return (const void*)gemv_kernel<NW, U, NB, R, D, P>;
+// gemvz_kernel<NW, UG, NB, R, PIPE>: the same grid, one more warp (the exception warp).
+template <int NW, int UG, int NB, int R, int P>
+static int launch_gemvz(const GemvArgs& a, const LaunchOpts& o) {
+  return launch_pdl(gemvz_kernel<NW, UG, NB, R, P>, dim3(a.N / (16 * R), a.S), dim3((NW + 1) * 32), o.st, o.pdl,
+                    a.cl ? a.S : 1, a.cl ? (size_t)(a.S - 1) * R * NB * 32 * 16 : 0, o.co, a);
 }
 
-template <int NW, int U, int NB, int R, int P>
-static int launch_gemvz(const void* x, const void* w, const void* eptr, const void* esc, void* out, void* ws, void* sem,
-                        int M, int N, int K, int S, uint32_t TL, uint32_t TH, int dbg, int pf, int cl, int co, bool pdl,
-                        cudaStream_t st) {
-  if constexpr (P == 6) {
-    static_assert(NW == 4 || NW == 8, "compressed PIPE 6: NW 4 or 8");
-    const void* f = (const void*)gemvtz_kernel<NW, U, NB, R>;
-    int e = opt_in_once(f, OPT_LARGE_SMEM);
-    if (e) return e;
-    CUtensorMap tx;
-    if ((e = make_tmap(&tx, x, M, K, 8 * NB))) return e;
-    return launch_pdl(gemvtz_kernel<NW, U, NB, R>, dim3(N / (16 * NW), S), dim3((NW + 1) * 32), st, pdl,
-                      cl ? S : 1, gemvtz_smem(NW, U, NB, R, S, cl), co, (const uint8_t*)w, tx, (const bf16*)x,
-                      (const int*)eptr, (const int2*)esc, (bf16*)out, (float4*)ws, (int*)sem, M, N, K, S, TL, TH, dbg, cl);
-  } else {
-    return launch_pdl(gemvz_kernel<NW, U, NB, R, P>, dim3(N / (16 * R), S), dim3((NW + 1) * 32), st, pdl, cl ? S : 1,
-                      cl ? (size_t)(S - 1) * R * NB * 32 * 16 : 0, co, (const bf16*)x, (const uint4*)w,
-                      (const int*)eptr, (const int2*)esc, (bf16*)out, (float4*)ws, (int*)sem, M, N, K, S, TL, TH, dbg,
-                      pf, cl);
-  }
+// gemvt_kernel<NW, ST, NB, KA>: grid (N / 16NW, S), NW consumer warps + the producer, the ring in dynamic smem (opt-in
+// above 48 KB), x through a TMA descriptor made here (host-side; a captured graph keeps it by value).
+template <int NW, int ST, int NB, int KA>
+static int launch_gemvt(const GemvArgs& a, const LaunchOpts& o) {
+  int e = opt_in_once((const void*)gemvt_kernel<NW, ST, NB, KA>, OPT_LARGE_SMEM);
+  if (e) return e;
+  CUtensorMap tx;
+  if ((e = make_tmap(&tx, a.x, a.M, a.K, 8 * NB))) return e;
+  return launch_pdl(gemvt_kernel<NW, ST, NB, KA>, dim3(a.N / (16 * NW), a.S), dim3(NW * 32 + 32), o.st, o.pdl,
+                    a.cl ? a.S : 1, gemvt_smem(NW, ST, NB, KA, a.S, a.cl), o.co, a, tx);
 }
 
-template <int NW, int U, int NB, int R, int P>
-static const void* gemvz_func() {
-  if constexpr (P == 6) return (const void*)gemvtz_kernel<NW, U, NB, R>;
-  else return (const void*)gemvz_kernel<NW, U, NB, R, P>;
-}
+// configs.cuh: the compiled instantiations, one X-macro line per config a table row or the default rule can ask
+// for. Generated by build.py (edit tables/*.json or submission.DEFAULT_GEMV / DEFAULT_GEMVZ, then run it).
 
-// ---- BEGIN GENERATED by build.py from tables/ctable.json + DEFAULT_GEMV: edit the table, not this ----
+// ---- BEGIN GENERATED by build.py from tables/*.json + DEFAULT_GEMV / DEFAULT_GEMVZ: edit the tables, not this ----
 // C3(NW, U, NB, R, DUAL, PIPE): one compiled gemv_kernel
 #define GEMV_CONFIGS(C3) \
   C3(2, 1, 1, 1, false, 2) \
@@ -1670,12 +1512,7 @@ static const void* gemvz_func() {
   C3(4, 1, 4, 1, true, 2) \
   C3(4, 2, 2, 2, false, 4) \
   C3(4, 4, 1, 1, false, 1) \
-  C3(4, 4, 1, 2, false, 6) \
   C3(4, 4, 2, 1, false, 3) \
-  C3(4, 4, 2, 2, false, 6) \
-  C3(4, 4, 4, 2, false, 6) \
-  C3(4, 8, 4, 2, false, 6) \
-  C3(4, 12, 1, 2, false, 6) \
   C3(8, 1, 4, 1, true, 4) \
   C3(8, 2, 1, 2, false, 0) \
   C3(8, 2, 1, 2, false, 3) \
@@ -1683,9 +1520,6 @@ static const void* gemvz_func() {
   C3(16, 2, 1, 2, true, 3) \
   C3(16, 2, 2, 2, true, 0) \
   C3(16, 4, 1, 2, false, 3)
-// ---- END GENERATED ----
-
-// ---- BEGIN GENERATED by build.py from tables/ztable.json + DEFAULT_GEMVZ: edit the table, not this ----
 // Z3(NW, UG, NB, R, PIPE): one compiled gemvz_kernel
 #define GEMVZ_CONFIGS(Z3) \
   Z3(4, 1, 1, 1, 2) \
@@ -1699,48 +1533,52 @@ static const void* gemvz_func() {
   Z3(8, 2, 1, 2, 0) \
   Z3(16, 1, 1, 1, 2) \
   Z3(16, 1, 1, 2, 4)
+// T3(NW, ST, NB, KA): one compiled gemvt_kernel
+#define GEMVT_CONFIGS(T3) \
+  T3(4, 4, 1, 2) \
+  T3(4, 4, 2, 2) \
+  T3(4, 4, 4, 2) \
+  T3(4, 8, 4, 2) \
+  T3(4, 12, 1, 2)
 // ---- END GENERATED ----
 
+// ---- dispatch: a runtime config -> its compiled instantiation (the lines of configs.cuh) -----------------
+// kind: 0 gemv (t = NW, U, NB, R, DUAL, PIPE), 1 gemvz (t = NW, UG, NB, R, PIPE), 2 gemvt (t = NW, ST, NB, KA).
+#define MUSE_IS_C3(NW_, U_, NB_, R_, D_, P_) \
+  (kind == 0 && t[0] == NW_ && t[1] == U_ && t[2] == NB_ && t[3] == R_ && t[4] == (int)D_ && t[5] == P_)
+#define MUSE_IS_Z3(NW_, U_, NB_, R_, P_) (kind == 1 && t[0] == NW_ && t[1] == U_ && t[2] == NB_ && t[3] == R_ && t[4] == P_)
+#define MUSE_IS_T3(NW_, ST_, NB_, KA_) (kind == 2 && t[0] == NW_ && t[1] == ST_ && t[2] == NB_ && t[3] == KA_)
+
 // Return codes: 0 launched, -1 config not compiled in, > 0 the cudaError_t of the launch.
-// cl = 1, 2: the S CTAs of a row group form a cluster (cluster_combine; cbuf = (S - 1) * R*NB*32 float4 of
-// dynamic shared memory); cl = 0: global workspace and ticket (splitk_combine).
-int gemv_dispatch(const void* x, const void* w, const void* w2, void* out, void* ws, void* sem, int M, int N, int K,
-                  int S, int NW, int U, int NB, int R, bool dual, int P, int pf, int cl, int co, bool pdl, cudaStream_t st) {
-#define LAUNCH_C3(NW_, U_, NB_, R_, D_, P_)                                                    \
-  if (NW == NW_ && U == U_ && NB == NB_ && R == R_ && dual == D_ && P == P_)                     \
-    return launch_gemv<NW_, U_, NB_, R_, D_, P_>(x, w, w2, out, ws, sem, M, N, K, S, pf, cl, co, pdl, st);
+int muse_launch(int kind, const int* t, const GemvArgs& a, int co, bool pdl, cudaStream_t st) {
+  const LaunchOpts o{co, pdl, st};
+#define LAUNCH_C3(NW_, U_, NB_, R_, D_, P_) \
+  if (MUSE_IS_C3(NW_, U_, NB_, R_, D_, P_)) return launch_gemv<NW_, U_, NB_, R_, D_, P_>(a, o);
+#define LAUNCH_Z3(NW_, U_, NB_, R_, P_) if (MUSE_IS_Z3(NW_, U_, NB_, R_, P_)) return launch_gemvz<NW_, U_, NB_, R_, P_>(a, o);
+#define LAUNCH_T3(NW_, ST_, NB_, KA_) if (MUSE_IS_T3(NW_, ST_, NB_, KA_)) return launch_gemvt<NW_, ST_, NB_, KA_>(a, o);
   GEMV_CONFIGS(LAUNCH_C3)
-#undef LAUNCH_C3
-  return -1;
-}
-
-int gemvz_dispatch(const void* x, const void* w, const void* eptr, const void* esc, void* out, void* ws, void* sem,
-                   int M, int N, int K, int S, int NW, int UG, int NB, int R, int P, uint32_t TL, uint32_t TH, int dbg,
-                   int pf, int cl, int co, bool pdl, cudaStream_t st) {
-#define LAUNCH_Z3(NW_, U_, NB_, R_, P_)                                                   \
-  if (NW == NW_ && UG == U_ && NB == NB_ && R == R_ && P == P_)                               \
-    return launch_gemvz<NW_, U_, NB_, R_, P_>(x, w, eptr, esc, out, ws, sem, M, N, K, S, TL, TH, dbg, pf, cl, co, pdl, st);
   GEMVZ_CONFIGS(LAUNCH_Z3)
+  GEMVT_CONFIGS(LAUNCH_T3)
+#undef LAUNCH_C3
 #undef LAUNCH_Z3
+#undef LAUNCH_T3
   return -1;
 }
 
-// res = {registers, local (spill) bytes, static shared bytes, max threads}; same return codes.
-int gemv_attrs(int NW, int U, int NB, int R, bool dual, int P, int* res) {
-#define ATTRS_C3(NW_, U_, NB_, R_, D_, P_)                                  \
-  if (NW == NW_ && U == U_ && NB == NB_ && R == R_ && dual == D_ && P == P_) \
-    return func_attrs(gemv_func<NW_, U_, NB_, R_, D_, P_>(), res);
+// res = {registers, local (spill) bytes, static shared bytes, max threads} of a compiled config; same return codes.
+int muse_attrs(int kind, const int* t, int* res) {
+#define ATTRS_C3(NW_, U_, NB_, R_, D_, P_) \
+  if (MUSE_IS_C3(NW_, U_, NB_, R_, D_, P_)) return func_attrs((const void*)gemv_kernel<NW_, U_, NB_, R_, D_, P_>, res);
+#define ATTRS_Z3(NW_, U_, NB_, R_, P_) \
+  if (MUSE_IS_Z3(NW_, U_, NB_, R_, P_)) return func_attrs((const void*)gemvz_kernel<NW_, U_, NB_, R_, P_>, res);
+#define ATTRS_T3(NW_, ST_, NB_, KA_) \
+  if (MUSE_IS_T3(NW_, ST_, NB_, KA_)) return func_attrs((const void*)gemvt_kernel<NW_, ST_, NB_, KA_>, res);
   GEMV_CONFIGS(ATTRS_C3)
-#undef ATTRS_C3
-  return -1;
-}
-
-int gemvz_attrs(int NW, int UG, int NB, int R, int P, int* res) {
-#define ATTRS_Z3(NW_, U_, NB_, R_, P_)                                \
-  if (NW == NW_ && UG == U_ && NB == NB_ && R == R_ && P == P_)        \
-    return func_attrs(gemvz_func<NW_, U_, NB_, R_, P_>(), res);
   GEMVZ_CONFIGS(ATTRS_Z3)
+  GEMVT_CONFIGS(ATTRS_T3)
+#undef ATTRS_C3
 #undef ATTRS_Z3
+#undef ATTRS_T3
   return -1;
 }
 
@@ -1750,134 +1588,240 @@ int unpackz_launch(const void* w, void* out, int N, int K, uint32_t TL, uint32_t
                     (const uint4*)w, (uint16_t*)out, N, K, TL, TH);
 }
 """
+# ---- END GENERATED ----
 
+# ---- BEGIN GENERATED by build.py from csrc/bind.cpp: edit csrc/, not this ----
 BIND_SRC = r"""
-// torch glue: tensors -> raw pointers, the current stream, errors that name the config.
-#include <torch/extension.h>
-#include <c10/cuda/CUDAStream.h>
+// bind.cpp: the Python glue, compiled by the host compiler. Plain pybind11 over raw pointers and the raw stream:
+// submission.py checks dtypes, shapes, devices and alignment before it calls, so no torch header is needed here (the
+// torch headers cost the first import most of its compile time). Errors name the config.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 #include <cuda_runtime.h>
 
-int gemv_dispatch(const void* x, const void* w, const void* w2, void* out, void* ws, void* sem, int M, int N, int K,
-                  int S, int NW, int U, int NB, int R, bool dual, int P, int pf, int cl, int co, bool pdl, cudaStream_t st);
-int gemvz_dispatch(const void* x, const void* w, const void* eptr, const void* esc, void* out, void* ws, void* sem,
-                   int M, int N, int K, int S, int NW, int UG, int NB, int R, int P, uint32_t TL, uint32_t TH, int dbg,
-                   int pf, int cl, int co, bool pdl, cudaStream_t st);
-int gemv_attrs(int NW, int U, int NB, int R, bool dual, int P, int* res);
-int gemvz_attrs(int NW, int UG, int NB, int R, int P, int* res);
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+// args.h: what one launch hands its kernel besides the template parameters: one struct for the three kernel families,
+// shared by the device source and the Python glue (bind.cpp), so a new field is written here and filled in bind.cpp.
+// Plain C++ (pointers as void*): the glue is compiled by the host compiler without CUDA's headers.
+#include <stdint.h>
+
+struct GemvArgs {
+  const void* x;     // bf16 [M, K] row-major, 16-byte aligned (gemvt: the pointer of its TMA descriptor)
+  const void* w;     // the layer's weight as the kernel reads it: pack_plain (gemv), pack_z's stream (gemvz), pack_tma's
+                     // tiles (gemvt)
+  const void* w2;    // gemv with DUAL: the router's lo half, packed like w; else unused
+  void* out;         // [M, N]: bf16, fp32 for DUAL
+  void* ws;          // float4 split-K partials (cl = 0 and S > 1)
+  void* sem;         // int32 split-K tickets (cl = 0 and S > 1), zero between calls: every call leaves them so
+  int M, N, K;       // tokens, rows, columns
+  int S;             // CTAs per row group (split-K)
+  int pf;            // gemv / gemvz: 1 = L2 prefetch of each warp's slice before griddepcontrol.wait
+  int cl;            // split-K reduction: 0 global ticket, 1 cluster barrier, 2 cluster mbarrier (st.async)
+  const void* eptr;  // gemvz: the side table's row offsets, int32 [N + 1]; else unused
+  const void* esc;   // gemvz: the side table's entries, int2 {k, fp32 bits of the correction}; else unused
+  uint32_t TL, TH;   // gemvz: the window's 8 classes, 4 bytes each
+};
+// The order is gemv_kernel's parameter list before the struct (x .. cl), so its fields sit at the same offsets of the
+// parameter space and gemv_kernel's machine code did not change (tools/same_code.py).
+
+int muse_launch(int kind, const int* t, const GemvArgs& a, int co, bool pdl, cudaStream_t st);
+int muse_attrs(int kind, const int* t, int* res);
 int unpackz_launch(const void* w, void* out, int N, int K, uint32_t TL, uint32_t TH, cudaStream_t st);
 
+namespace py = pybind11;
+
+// The config line a (kind, template parameters) stands for, as configs.cuh writes it.
+static std::string config_name(int kind, const std::vector<int>& t) {
+  static const char* const head[] = {"gemv C3(NW, U, NB, R, DUAL, PIPE) = (", "gemvz Z3(NW, UG, NB, R, PIPE) = (",
+                                     "gemvt T3(NW, ST, NB, KA) = ("};
+  std::string s = kind >= 0 && kind <= 2 ? head[kind] : "kind " + std::to_string(kind) + " (";
+  for (size_t i = 0; i < t.size(); i++) s += (i ? ", " : "") + std::to_string(t[i]);
+  return s + ")";
+}
+
 static void check_rc(int rc, const std::string& what) {
-  TORCH_CHECK(rc != -1, "unsupported ", what, ": not compiled in (add its table row and run build.py)");
-  TORCH_CHECK(rc == 0, what, ": CUDA error ", cudaGetErrorString((cudaError_t)rc));
+  if (rc == -1) throw std::runtime_error("unsupported " + what + ": not compiled in (add its table row and run build.py)");
+  if (rc) throw std::runtime_error(what + ": CUDA error " + cudaGetErrorString((cudaError_t)rc));
 }
 
-static std::string gemv_name(int64_t NW, int64_t U, int64_t NB, int64_t R, bool dual, int64_t P) {
-  return "gemv config C3(NW=" + std::to_string(NW) + ", U=" + std::to_string(U) + ", NB=" + std::to_string(NB) +
-         ", R=" + std::to_string(R) + ", DUAL=" + (dual ? "true" : "false") + ", PIPE=" + std::to_string(P) + ")";
+static std::vector<int> checked_template(int kind, std::vector<int> t) {
+  const size_t want = kind == 0 ? 6 : kind == 1 ? 5 : kind == 2 ? 4 : 0;
+  if (!want || t.size() != want)
+    throw std::invalid_argument("Launch: kind " + std::to_string(kind) + " takes " + std::to_string(want) +
+                                " template parameters, got " + std::to_string(t.size()));
+  return t;
 }
 
-static std::string gemvz_name(int64_t NW, int64_t UG, int64_t NB, int64_t R, int64_t P) {
-  return "gemvz config Z3(NW=" + std::to_string(NW) + ", UG=" + std::to_string(UG) + ", NB=" + std::to_string(NB) +
-         ", R=" + std::to_string(R) + ", PIPE=" + std::to_string(P) + ")";
-}
+// One planned launch of a layer at one m: the kernel (kind + template parameters), the layer's weight, side table and
+// split-K buffers, the config's runtime fields. prepare builds it once; a call supplies x, out, the tokens and the
+// stream.
+struct Launch {
+  int kind;
+  std::vector<int> t;
+  GemvArgs a;
+  int co;
 
-void gemv(torch::Tensor x, torch::Tensor w, torch::Tensor w2, torch::Tensor out, torch::Tensor ws, torch::Tensor sem,
-          int64_t N, int64_t K, int64_t NW, int64_t S, int64_t U, int64_t R, int64_t NB, bool dual, int64_t P,
-          int64_t pf, int64_t cl, int64_t co, bool pdl) {
-  const int rc = gemv_dispatch(x.data_ptr(), w.data_ptr(), w2.data_ptr(), out.data_ptr(), ws.data_ptr(), sem.data_ptr(),
-                               (int)x.size(0), (int)N, (int)K, (int)S, (int)NW, (int)U, (int)NB, (int)R, dual, (int)P,
-                               (int)pf, (int)cl, (int)co, pdl, c10::cuda::getCurrentCUDAStream());
-  if (rc) check_rc(rc, gemv_name(NW, U, NB, R, dual, P));
-}
-
-void gemvz(torch::Tensor x, torch::Tensor w, torch::Tensor eptr, torch::Tensor esc, torch::Tensor out, torch::Tensor ws,
-           torch::Tensor sem, int64_t N, int64_t K, int64_t NW, int64_t S, int64_t UG, int64_t R, int64_t NB, int64_t P,
-           int64_t TL, int64_t TH, int64_t dbg, int64_t pf, int64_t cl, int64_t co, bool pdl) {
-  const int rc = gemvz_dispatch(x.data_ptr(), w.data_ptr(), eptr.data_ptr(), esc.data_ptr(), out.data_ptr(), ws.data_ptr(),
-                                sem.data_ptr(), (int)x.size(0), (int)N, (int)K, (int)S, (int)NW, (int)UG, (int)NB,
-                                (int)R, (int)P, (uint32_t)TL, (uint32_t)TH, (int)dbg, (int)pf, (int)cl, (int)co, pdl,
-                                c10::cuda::getCurrentCUDAStream());
-  if (rc) check_rc(rc, gemvz_name(NW, UG, NB, R, P));
-}
-
-std::vector<int64_t> gemv_attrs_py(int64_t NW, int64_t U, int64_t NB, int64_t R, bool dual, int64_t P) {
-  int res[4] = {0, 0, 0, 0};
-  const int rc = gemv_attrs((int)NW, (int)U, (int)NB, (int)R, dual, (int)P, res);
-  if (rc == -1) return {};
-  check_rc(rc, gemv_name(NW, U, NB, R, dual, P));
-  return {res[0], res[1], res[2], res[3]};
-}
-
-std::vector<int64_t> gemvz_attrs_py(int64_t NW, int64_t UG, int64_t NB, int64_t R, int64_t P) {
-  int res[4] = {0, 0, 0, 0};
-  const int rc = gemvz_attrs((int)NW, (int)UG, (int)NB, (int)R, (int)P, res);
-  if (rc == -1) return {};
-  check_rc(rc, gemvz_name(NW, UG, NB, R, P));
-  return {res[0], res[1], res[2], res[3]};
-}
-
-void unpackz(torch::Tensor w, torch::Tensor out, int64_t N, int64_t K, int64_t TL, int64_t TH) {
-  const int rc = unpackz_launch(w.data_ptr(), out.data_ptr(), (int)N, (int)K, (uint32_t)TL, (uint32_t)TH,
-                                c10::cuda::getCurrentCUDAStream());
-  if (rc) check_rc(rc, "unpackz");
-}
+  void call(uintptr_t x, uintptr_t out, int M, uintptr_t stream, bool pdl) const {
+    GemvArgs b = a;
+    b.x = reinterpret_cast<const void*>(x);
+    b.out = reinterpret_cast<void*>(out);
+    b.M = M;
+    const int rc = muse_launch(kind, t.data(), b, co, pdl, reinterpret_cast<cudaStream_t>(stream));
+    if (rc) check_rc(rc, config_name(kind, t));
+  }
+};
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("gemv", &gemv, "plain BF16 GEMV (gemv_kernel)");
-  m.def("gemvz", &gemvz, "compressed GEMV (gemvz_kernel)");
-  m.def("gemv_attrs", &gemv_attrs_py, "registers/spill/smem/threads of a compiled gemv config; [] if absent");
-  m.def("gemvz_attrs", &gemvz_attrs_py, "registers/spill/smem/threads of a compiled gemvz config; [] if absent");
-  m.def("unpackz", &unpackz, "decode a 12-bit stream to bf16 [N, K] (prepare's check)");
+  py::class_<Launch>(m, "Launch", "one planned launch: Launch(...)(x_ptr, out_ptr, M, stream, pdl)")
+      .def(py::init([](int kind, std::vector<int> t, uintptr_t w, uintptr_t w2, uintptr_t eptr, uintptr_t esc,
+                       uintptr_t ws, uintptr_t sem, int N, int K, int S, int pf, int cl, uint32_t TL, uint32_t TH,
+                       int co) {
+             GemvArgs a{};
+             a.w = reinterpret_cast<const void*>(w);
+             a.w2 = reinterpret_cast<const void*>(w2);
+             a.eptr = reinterpret_cast<const void*>(eptr);
+             a.esc = reinterpret_cast<const void*>(esc);
+             a.ws = reinterpret_cast<void*>(ws);
+             a.sem = reinterpret_cast<void*>(sem);
+             a.N = N, a.K = K, a.S = S, a.pf = pf, a.cl = cl, a.TL = TL, a.TH = TH;
+             return Launch{kind, checked_template(kind, std::move(t)), a, co};
+           }),
+           py::arg("kind"), py::arg("t"), py::arg("w"), py::arg("w2"), py::arg("eptr"), py::arg("esc"), py::arg("ws"),
+           py::arg("sem"), py::arg("N"), py::arg("K"), py::arg("S"), py::arg("pf"), py::arg("cl"), py::arg("TL"),
+           py::arg("TH"), py::arg("co"))
+      .def("__call__", &Launch::call, py::arg("x"), py::arg("out"), py::arg("M"), py::arg("stream"), py::arg("pdl"))
+      .def_readonly("kind", &Launch::kind)
+      .def_readonly("t", &Launch::t);
+  m.def("attrs", [](int kind, std::vector<int> t) -> std::vector<int> {
+    int res[4] = {0, 0, 0, 0};
+    const int rc = muse_attrs(kind, checked_template(kind, t).data(), res);
+    if (rc == -1) return {};
+    check_rc(rc, config_name(kind, t));
+    return {res[0], res[1], res[2], res[3]};
+  }, "registers / spill bytes / static smem / max threads of a compiled config; [] if it is not compiled in");
+  m.def("unpackz", [](uintptr_t w, uintptr_t out, int N, int K, uint32_t TL, uint32_t TH, uintptr_t stream) {
+    const int rc = unpackz_launch(reinterpret_cast<const void*>(w), reinterpret_cast<void*>(out), N, K, TL, TH,
+                                  reinterpret_cast<cudaStream_t>(stream));
+    if (rc) check_rc(rc, "unpackz");
+  }, "decode a 12-bit stream to bf16 [N, K] (prepare's check)");
 }
 """
+# ---- END GENERATED ----
 
-# sm_90a: the wgmma instructions of gemvt_kernel (PIPE 6) exist only on the arch-specific target (an H100 / H200
-# build: a plain sm_90 binary would refuse them).
+# sm_90a: the wgmma instructions of gemvt_kernel exist only on the arch-specific target (an H100 / H200 build: a plain
+# sm_90 binary would refuse them).
 NVCC_FLAGS = ["-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a"]
+
+# The instantiation lists in KERNEL_SRC (csrc/configs.cuh): one X-macro line per compiled config, written by build.py
+# from the tables and the defaults (instantiations_cuh), or for a variant build from the list it asks for.
+CONFIGS_BEGIN = "// ---- BEGIN GENERATED by build.py from tables/*.json + DEFAULT_GEMV / DEFAULT_GEMVZ: edit the tables, not this ----"
+CONFIGS_END = "// ---- END GENERATED ----"
+KINDS = ("gemv", "gemvz", "gemvt")     # the kernel families, in the order of the glue's `kind` argument
+
+
+def instantiations_cuh(insts):
+    """The body of csrc/configs.cuh's generated region for insts, a list of (kind, template args): "gemv" (NW, U, NB,
+    R, DUAL, PIPE), "gemvz" (NW, UG, NB, R, PIPE), "gemvt" (NW, ST, NB, KA). One X-macro list per family."""
+    heads = {"gemv": ("GEMV_CONFIGS", "C3", "C3(NW, U, NB, R, DUAL, PIPE): one compiled gemv_kernel"),
+             "gemvz": ("GEMVZ_CONFIGS", "Z3", "Z3(NW, UG, NB, R, PIPE): one compiled gemvz_kernel"),
+             "gemvt": ("GEMVT_CONFIGS", "T3", "T3(NW, ST, NB, KA): one compiled gemvt_kernel")}
+    bad = [i for i in insts if i[0] not in heads]
+    if bad:
+        raise ValueError(f"instantiations {bad}: kind must be one of {KINDS}")
+    out = []
+    for kind in KINDS:
+        macro, line, what = heads[kind]
+        args = sorted({tuple(a) for k, a in insts if k == kind})
+        body = [f"  {line}(" + ", ".join(("true" if v else "false") if isinstance(v, bool) else str(v) for v in a) + ")"
+                for a in args]
+        out += [f"// {what}", f"#define {macro}({line})" + (" \\" if body else "")]
+        out += [b + " \\" for b in body[:-1]] + body[-1:]
+    return "\n".join(out)
+
+
+def replace_region(text, begin, end, body):
+    """text with the lines between the marker line `begin` and the next `end` replaced by body."""
+    i = text.find(begin)
+    if i < 0:
+        raise ValueError(f"marker not found: {begin}")
+    j = text.find(end, i + len(begin))
+    if j < 0:
+        raise ValueError(f"no '{end}' after {begin}")
+    return text[:i + len(begin)] + "\n" + body + "\n" + text[j:]
+
+
+def variant_source(defines=(), insts=None, kernel_src=None):
+    """KERNEL_SRC (or kernel_src) with `#define NAME` lines first (compile-time variants: MUSE_TRACE,
+    MUSE_SKIP_CORRECTIONS) and, when insts is given, only those instantiations."""
+    src = KERNEL_SRC if kernel_src is None else kernel_src
+    for d in defines:
+        if not d.replace("_", "").isalnum():
+            raise ValueError(f"define {d!r} is not a macro name")
+    if insts is not None:
+        src = replace_region(src, CONFIGS_BEGIN, CONFIGS_END, instantiations_cuh(insts))
+    return "".join(f"#define {d}\n" for d in defines) + src
 
 
 # ===================================================================================================
 # Build: once per source text, cached by torch under $TORCH_EXTENSIONS_DIR (default
 # ~/.cache/torch_extensions/<python>_<cuda>/muse_gemv_<hash>). Set MUSE_BUILD=0 to skip (CPU tools).
 # ===================================================================================================
-def _source_hash(kernel_src=KERNEL_SRC):
+def build_extension(defines=(), insts=None, verbose=False):
+    """Compile the kernels (variant_source(defines, insts)) and the glue with load_inline, as muse_gemv_<hash of the
+    sources and flags>; returns the module. The shipped build is build_extension(). A variant (tools, tests) gets its
+    own cached build; with insts it compiles only those configs (seconds instead of the shipped build's tens of
+    seconds). Prints a line before and after a cold build."""
     import hashlib
-    h = hashlib.sha1((kernel_src + BIND_SRC + " ".join(NVCC_FLAGS)).encode()).hexdigest()
-    return h[:12]
-
-
-def build_extension(kernel_src=KERNEL_SRC, verbose=False):
-    """Compile kernel_src + BIND_SRC with load_inline, as muse_gemv_<hash of the source>; returns the module.
-    Prints progress on a cold build. (tools/trace_chain.py and tools/ab_define.py pass variants of KERNEL_SRC:
-    the MUSE_TRACE build, compile-time A/B switches; each gets its own cached build.)"""
+    import inspect
     from torch.utils import cpp_extension
-    from torch.utils.cpp_extension import load_inline, get_default_build_root
-    name = "muse_gemv_" + _source_hash(kernel_src)
+    src = variant_source(defines, insts)
+    name = "muse_gemv_" + hashlib.sha1((src + BIND_SRC + " ".join(NVCC_FLAGS)).encode()).hexdigest()[:12]
     try:
         bdir = cpp_extension._get_build_directory(name, verbose=False)
     except Exception:  # private helper: only used for the progress message
-        bdir = os.path.join(get_default_build_root(), name)
+        bdir = os.path.join(cpp_extension.get_default_build_root(), name)
     cached = os.path.exists(os.path.join(bdir, name + ".so"))
+    # no_implicit_headers (torch >= 2.7): no torch/extension.h in the glue nor torch/types.h in the kernels, which
+    # need neither; older torch prepends them, and the build only takes longer.
+    lean = {"no_implicit_headers": True} if "no_implicit_headers" in inspect.signature(
+        cpp_extension.load_inline).parameters else {}
     t0 = time.time()
     if not cached:
-        print(f"[muse] compiling CUDA extension {name} (first import: about a minute; cached afterwards in "
-              f"{bdir})", file=sys.stderr, flush=True)
-    mod = load_inline(name=name, cpp_sources=[BIND_SRC], cuda_sources=[kernel_src], extra_cuda_cflags=NVCC_FLAGS,
-                      extra_cflags=["-O2"], verbose=verbose)
+        print(f"[muse] compiling CUDA extension {name}{' (' + '+'.join(defines) + ')' if defines else ''}: "
+              f"{'the shipped configs' if insts is None else f'{len(insts)} configs'}, cached afterwards in {bdir}"
+              f"{'' if lean else ' (this torch prepends its own headers: slower)'}", file=sys.stderr, flush=True)
+    mod = cpp_extension.load_inline(name=name, cpp_sources=[BIND_SRC], cuda_sources=[src],
+                                    extra_cuda_cflags=NVCC_FLAGS, extra_cflags=["-O2"], verbose=verbose, **lean)
     if not cached:
         print(f"[muse] compiled in {time.time() - t0:.1f} s", file=sys.stderr, flush=True)
     return mod
 
 
-_EXT = None
+_SHIPPED = None
 if torch.cuda.is_available() and os.environ.get("MUSE_BUILD", "1") != "0":
-    _EXT = build_extension()
+    _SHIPPED = build_extension()
 
 
-def _ext():
-    if _EXT is None:
+def shipped_extension():
+    """The extension built at import from the shipped source (prepare's default)."""
+    if _SHIPPED is None:
         raise RuntimeError("the CUDA extension is not built: this needs a CUDA device (and MUSE_BUILD != 0)")
-    return _EXT
+    return _SHIPPED
+
+
+def _raw_stream(device):
+    """The current CUDA stream of device as an integer handle (what the glue launches on; a graph capture's stream
+    while capturing)."""
+    if _CURRENT_RAW_STREAM is not None:
+        return _CURRENT_RAW_STREAM(device.index)
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+# torch's own accessor (no Stream object per call); the public one above where a torch lacks it
+_CURRENT_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 # ===================================================================================================
@@ -1911,7 +1855,7 @@ def pack_plain(w):
 
 
 def pack_tma(w):
-    """W [N, K] (bf16) as PIPE 6 (gemvt_kernel) reads it: tiles of 64 rows x 64 k, tile (rt, kt) at index
+    """W [N, K] (bf16) as gemvt_kernel reads it: tiles of 64 rows x 64 k, tile (rt, kt) at index
     rt * K/64 + kt, each 8 KB in the 128-byte swizzle of its shared-memory image: row r is 128 B, and its 16-byte
     chunk c (k 8c .. 8c + 7 of the tile) sits at chunk position c ^ (r & 7). Returns [N/64, K/64, 64, 64].
 
@@ -1975,9 +1919,7 @@ def split_hi_lo(w32):
 # ===================================================================================================
 ZSIGN_BIT = (7, 15, 23, 31, 3, 11, 19, 27)   # code-word bit that holds the sign of fragment element j
 
-# pptr / pesc (pack_tz only): the exceptions as gemvtz_kernel's patches (patch_table)
-ZPack = collections.namedtuple("ZPack", "stream eptr esc capr window TL TH mode n_exc exc_cols pptr pesc",
-                               defaults=(None, None))
+ZPack = collections.namedtuple("ZPack", "stream eptr esc capr window TL TH mode n_exc exc_cols")
 
 
 def side_table_bits(z, N, K):
@@ -2347,7 +2289,9 @@ def smem_bytes(nw, nb, r, compressed, s=1, cl=0):
 
 
 def _split_fits(cfg, smem):
-    if cfg.pf not in (0, 1):
+    """The rules every CUDA config shares (pf where the config has it, cl, co, the cluster size), and the static shared
+    memory smem within SMEM_LIMIT."""
+    if getattr(cfg, "pf", 0) not in (0, 1):
         return f"pf={cfg.pf!r}: expected 0 (no L2 prefetch) or 1 (the warp's slice, before griddepcontrol.wait)"
     if cfg.cl not in (0, 1, 2):
         return f"cl={cfg.cl}: expected 0 (ticket), 1 (cluster barrier) or 2 (cluster mbarrier)"
@@ -2360,41 +2304,20 @@ def _split_fits(cfg, smem):
     return None
 
 
-TMA_SMEM_LIMIT = 227 * 1024   # PIPE 6: static + dynamic shared memory of one CTA (the opt-in maximum on sm_90)
+TMA_SMEM_LIMIT = 227 * 1024   # gemvt_kernel: static + dynamic shared memory of one CTA (the opt-in maximum on sm_90)
 
 
 def gemvt_smem(nw, st, nb, ka, s=1, cl=0):
-    """PIPE 6's dynamic shared memory (gemvt_smem in the CUDA): 1 KB alignment slack, the ring of st stages of ka
-    64-k atoms (16 nw weight rows + 8 nb tokens, 128 B each), and with cl the leader's cbuf."""
+    """gemvt_kernel's dynamic shared memory (gemvt_smem in csrc/gemvt.cuh): 1 KB alignment slack, the ring of st
+    stages of ka 64-k tiles (16 nw weight rows + 8 nb tokens, 128 B each), and with cl the leader's cbuf."""
     return 1024 + st * ka * (16 * nw + 8 * nb) * 128 + ((s - 1) * nw * nb * 32 * 16 if cl else 0)
 
 
-def _ring_fits(cfg, N, K, stages, dsmem, nws, what):
-    """The rules of both TMA-ring kernels (PIPE 6: gemvt_kernel, gemvtz_kernel): nw consumer warps in nws (whole
-    warpgroups), at least one stage of at least one 64-k group, 16 nw rows a CTA, any S up to K / (64 r) (the
-    slices need not be equal), no pf (the ring is the prefetch), and the dynamic shared memory dsmem plus the static
-    mbarriers (16 B a stage + 16) within the opt-in limit; then the split-K rules every config shares."""
-    if cfg.nw not in nws or stages < 1 or cfg.r < 1:
-        return f"{what} needs NW {' or '.join(map(str, nws))} (whole warpgroups) and stages, R (groups) >= 1: {cfg}"
-    if N % (16 * cfg.nw) or K % (64 * cfg.r) or not 1 <= cfg.s <= K // (64 * cfg.r):
-        return (f"{what}: N={N} not a multiple of 16*NW={16 * cfg.nw}, or K={K} not a multiple of "
-                f"64*R={64 * cfg.r}, or S={cfg.s} not in 1..K/(64*R) (S need not divide K)")
-    if cfg.pf:
-        return f"{what} has no L2 prefetch field (pf must be 0): its ring is the prefetch"
-    smem = dsmem + 16 * stages + 16
-    if smem > TMA_SMEM_LIMIT:
-        return f"{what}: shared memory {smem} B > {TMA_SMEM_LIMIT}"
-    return _split_fits(cfg, 0)
-
-
 def gemv_fits(cfg, N, K, m, dual=False):
-    """Why a plain config cannot run this shape, or None if it can."""
+    """Why a GemvConfig cannot run this shape, or None if it can."""
     nb, KB = nb_of(m), K // 32
-    if cfg.pipe == 6:   # gemvt_kernel: nw consumer warps (16 nw rows a CTA), u stages, r 64-k atoms a stage
-        if dual:
-            return "PIPE 6 (TMA + wgmma) takes bf16 weights only, not the DUAL router"
-        return _ring_fits(cfg, N, K, cfg.u, gemvt_smem(cfg.nw, cfg.u, nb, cfg.r, cfg.s, cfg.cl), (4, 8, 12, 16),
-                          "PIPE 6")
+    if cfg.pipe not in range(6):
+        return f"pipe={cfg.pipe}: gemv_kernel's loops are PIPE 0..5 (the TMA ring is a GemvtConfig)"
     if N % (16 * cfg.r) or K % 32:
         return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 32"
     if KB % (cfg.s * cfg.nw * cfg.u):
@@ -2402,18 +2325,28 @@ def gemv_fits(cfg, N, K, m, dual=False):
     return _split_fits(cfg, smem_bytes(cfg.nw, nb, cfg.r, False, cfg.s, cfg.cl))
 
 
-def gemvtz_smem(nw, st, nb, ka, s=1, cl=0):
-    """Compressed PIPE 6's dynamic shared memory (gemvtz_smem in the CUDA): alignment slack, the ring (per stage ka
-    groups of x, 8 nb tokens x 128 B, and of weights, 6 KB a warpgroup), and with cl the leader's cbuf."""
-    return 1024 + st * ka * (8 * nb * 128 + nw // 4 * 6144) + ((s - 1) * nw * nb * 32 * 16 if cl else 0)
+def gemvt_fits(cfg, N, K, m, dual=False):
+    """Why a GemvtConfig cannot run this shape, or None if it can: bf16 weights, nw consumer warps in whole
+    warpgroups (16 nw rows a CTA), at least one stage of at least one 64-k tile, any S up to K / (64 ka) (the slices
+    need not be equal), and the ring within the opt-in shared memory; then the split-K rules every config shares."""
+    if dual:
+        return "gemvt_kernel (TMA + wgmma) takes bf16 weights only, not the DUAL router"
+    if cfg.nw not in (4, 8, 12, 16) or cfg.st < 1 or cfg.ka < 1:
+        return f"gemvt_kernel needs NW 4, 8, 12 or 16 (whole warpgroups) and st, ka >= 1: {cfg}"
+    if N % (16 * cfg.nw) or K % (64 * cfg.ka) or not 1 <= cfg.s <= K // (64 * cfg.ka):
+        return (f"gemvt_kernel: N={N} not a multiple of 16*NW={16 * cfg.nw}, or K={K} not a multiple of "
+                f"64*KA={64 * cfg.ka}, or S={cfg.s} not in 1..K/(64*KA) (S need not divide K)")
+    smem = gemvt_smem(cfg.nw, cfg.st, nb_of(m), cfg.ka, cfg.s, cfg.cl) + 16 * cfg.st + 16   # + the mbarriers
+    if smem > TMA_SMEM_LIMIT:
+        return f"gemvt_kernel: shared memory {smem} B > {TMA_SMEM_LIMIT}"
+    return _split_fits(cfg, 0)
 
 
 def gemvz_fits(cfg, N, K, m):
-    """Why a compressed config cannot run this shape, or None if it can."""
+    """Why a GemvzConfig cannot run this shape, or None if it can."""
     nb, KG = nb_of(m), K // 64
-    if cfg.pipe == 6:   # gemvtz_kernel: nw consumer warps (16 nw rows a CTA), ug stages, r 64-groups a stage
-        return _ring_fits(cfg, N, K, cfg.ug, gemvtz_smem(cfg.nw, cfg.ug, nb, cfg.r, cfg.s, cfg.cl), (4, 8),
-                          "compressed PIPE 6")
+    if cfg.pipe not in range(6):
+        return f"pipe={cfg.pipe}: gemvz_kernel's loops are PIPE 0..5"
     if N % (16 * cfg.r) or K % 64:
         return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 64"
     if KG % (cfg.s * cfg.nw * cfg.ug):
@@ -2422,13 +2355,33 @@ def gemvz_fits(cfg, N, K, m):
 
 
 def config_fits(cfg, N, K, m, dual=False):
-    """Why cfg (GemvConfig, GemvzConfig or TritonConfig) cannot run an [N, K] layer at m, or None if it can: the
-    fits check of its path (Layer.set_config, tune.py and tools/sweep_field.py all ask this one)."""
+    """Why cfg (GemvConfig, GemvzConfig, GemvtConfig or TritonConfig) cannot run an [N, K] layer at m, or None if it
+    can: the fits check of its kernel (Layer.set_config and tune.py ask this one)."""
     if isinstance(cfg, TritonConfig):
         return "triton is not installed" if triton is None else tri_fits(cfg, N, K, m, dual)
     if isinstance(cfg, GemvzConfig):
-        return gemvz_fits(cfg, N, K, m)
-    return gemv_fits(cfg, N, K, m, dual)
+        return "the compressed path takes bf16 weights only" if dual else gemvz_fits(cfg, N, K, m)
+    if isinstance(cfg, GemvtConfig):
+        return gemvt_fits(cfg, N, K, m, dual)
+    if isinstance(cfg, GemvConfig):
+        return gemv_fits(cfg, N, K, m, dual)
+    return f"{cfg!r} is not a GemvConfig, GemvzConfig, GemvtConfig or TritonConfig"
+
+
+def instance_of(cfg, m, dual=False):
+    """(kind, template args) of the compiled kernel a CUDA config runs at m: what csrc/configs.cuh must list."""
+    nb = nb_of(m)
+    if isinstance(cfg, GemvtConfig):
+        return "gemvt", (cfg.nw, cfg.st, nb, cfg.ka)
+    if isinstance(cfg, GemvzConfig):
+        return "gemvz", (cfg.nw, cfg.ug, nb, cfg.r, cfg.pipe)
+    return "gemv", (cfg.nw, cfg.u, nb, cfg.r, bool(dual), cfg.pipe)
+
+
+def kernel_name(cfg):
+    """The kernel a config runs, for describe()."""
+    return {GemvConfig: "gemv_kernel", GemvzConfig: "gemvz_kernel", GemvtConfig: "gemvt_kernel (TMA ring)",
+            TritonConfig: "tri_gemv (Triton)"}[type(cfg)]
 
 
 def default_config(N, K, m, compressed):
@@ -2488,7 +2441,7 @@ def plan_for(name, N, K, m, dual, compressible, force=None, ctable=None, ztable=
     compressible: True, or a string saying why the 12-bit format is not available for this weight.
     force: None (tables, then the default rule), 'plain', 'compressed' or 'triton'.
     A (name, m') row in ZTABLE means the compressed path won the tuning there; CTABLE has the plain winner
-    of every scored shape (used when the weight cannot be compressed); TTABLE has the Triton winner of every
+    of every scored shape, a GemvConfig or a GemvtConfig (used when the weight cannot be compressed); TTABLE has the Triton winner of every
     tuned shape, and TPICK the shapes where it beat both CUDA paths (there the Triton path is the default)."""
     ctable = CTABLE if ctable is None else ctable
     ztable = ZTABLE if ztable is None else ztable
@@ -2517,7 +2470,7 @@ def plan_for(name, N, K, m, dual, compressible, force=None, ctable=None, ztable=
             if can_z and not gemvz_fits(ztable[key], N, K, m):
                 return PlanEntry("compressed", ztable[key], f"ZTABLE{key}")
             note = f"; ZTABLE{key} unused: {compressible if not can_z else gemvz_fits(ztable[key], N, K, m)}"
-        if key in ctable and force != "compressed" and not gemv_fits(ctable[key], N, K, m, dual):
+        if key in ctable and force != "compressed" and not config_fits(ctable[key], N, K, m, dual):
             return PlanEntry("plain", ctable[key], f"CTABLE{key}{note}")
     if can_z and force != "plain" and (force == "compressed" or ref is None):
         cfg = default_config(N, K, m, compressed=True)
@@ -2549,15 +2502,15 @@ class Layer:
         self.out_dtype = torch.float32 if self.dual else torch.bfloat16
         self.device = weight.device
         self.pdl = _pdl_default()
-        self.dbg = 0
+        self._launches = {}                        # m -> the glue's Launch, built on first use (see launch())
+        self._ext = None                           # the built extension the launches use (prepare's ext=)
         self.plans = []                            # plans[m] for m = 1..MAX_M (index 0 unused)
         self.w = self.w2 = None                    # plain: packed hi (and lo)
         self.z = None                              # compressed: ZPack
         self.z_note = "not tried"
         self.ws = self.sem = None
         self.wn = None                             # Triton (bf16): the layer's own copy, [N, K] order
-        self.wt = None                             # PIPE 6: pack_tma's tiles
-        self.zt = None                             # compressed PIPE 6: pack_tz's tiles and side table
+        self.wt = None                             # gemvt_kernel: pack_tma's tiles
         self.tw = self.tw2 = None                  # Triton: weight (router: hi) and lo in [N, K] order
         self.tws = self.twa = self.tsem = None     # Triton: ticket partials, atomic buffer, tickets
 
@@ -2578,9 +2531,48 @@ class Layer:
     def plan(self, m):
         return self.plans[m] if 1 <= m <= MAX_M else PlanEntry("fallback", None, f"m={m} > {MAX_M}")
 
+    @property
+    def ext(self):
+        """The built extension this layer launches with: the shipped build unless prepare(ext=) or an assignment
+        chose a variant (tools, tests: a MUSE_SKIP_CORRECTIONS or MUSE_TRACE build)."""
+        return self._ext
+
+    @ext.setter
+    def ext(self, mod):
+        self._ext = mod
+        self._launches = {}
+
+    @property
+    def ws(self):
+        """The split-K workspace (float4 partials, cl = 0); a new one (tools: trace_chain's larger one) rebuilds the
+        launches that point at it."""
+        return self._ws
+
+    @ws.setter
+    def ws(self, t):
+        self._ws = t
+        self._launches = {}
+
+    def launch(self, m):
+        """The glue's Launch of a CUDA plan at m: its kernel and template parameters, the layer's weight, side table
+        and split-K buffers, the config's runtime fields; a call then passes only x, out, m and the stream. Built on
+        first use and kept until the plan, the buffers or the extension change."""
+        lr = self._launches.get(m)
+        if lr is None:
+            c, ptr = self.plans[m].config, lambda t: 0 if t is None else t.data_ptr()   # noqa: E731
+            kind, t = instance_of(c, m, self.dual)
+            z = self.z if kind == "gemvz" else None
+            w = {"gemv": self.w, "gemvz": z and z.stream, "gemvt": self.wt}[kind]
+            lr = self._ext.Launch(kind=KINDS.index(kind), t=[int(v) for v in t], w=ptr(w),
+                                  w2=ptr(self.w2 if kind == "gemv" else None), eptr=ptr(z and z.eptr),
+                                  esc=ptr(z and z.esc), ws=ptr(self.ws), sem=ptr(self.sem), N=self.N, K=self.K, S=c.s,
+                                  pf=getattr(c, "pf", 0), cl=c.cl, TL=z.TL if z else 0, TH=z.TH if z else 0, co=c.co)
+            self._launches[m] = lr
+        return lr
+
     def set_config(self, m, cfg):
-        """Use cfg (GemvConfig, GemvzConfig or TritonConfig) for m from now on (tune.py); grows the workspace
-        if needed (and compiles a Triton config: eager, so do it before any graph capture)."""
+        """Use cfg (GemvConfig, GemvzConfig, GemvtConfig or TritonConfig) for m from now on (tune.py, tools); grows
+        the workspace if needed (and compiles a Triton config: eager, so do it before any graph capture)."""
         why = config_fits(cfg, self.N, self.K, m, self.dual)
         if why:
             raise ValueError(f"config {cfg} does not fit layer '{self.name}' at m={m}: {why}")
@@ -2593,14 +2585,13 @@ class Layer:
         path = "compressed" if isinstance(cfg, GemvzConfig) else "plain"
         if path == "compressed" and self.z is None:
             raise ValueError(f"layer '{self.name}' has no compressed weights ({self.z_note})")
-        if path == "compressed" and cfg.pipe == 6 and self.zt is None:
-            self.zt = pack_tz(self.weight)
-        if path == "plain" and cfg.pipe != 6 and self.w is None:
+        if isinstance(cfg, GemvConfig) and self.w is None:
             self._pack_plain()
-        if path == "plain" and cfg.pipe == 6 and self.wt is None:
+        if isinstance(cfg, GemvtConfig) and self.wt is None:
             self.wt = pack_tma(self.weight)
         self.plans[m] = PlanEntry(path, cfg, "set_config")
         self._alloc_workspace()
+        self._launches = {}
 
     # -- internals ----------------------------------------------------------------------------------
     def _pack_plain(self):
@@ -2681,10 +2672,7 @@ class Layer:
             p = self.plans[ms[i]]
             rng = f"m={ms[i]}" if i == j else f"m={ms[i]}..{ms[j]}"
             cfg = "" if p.config is None else f" {p.config}"
-            kern = ""
-            if p.path in ("plain", "compressed"):
-                kern = {("plain", True): " gemvt_kernel (TMA ring)", ("compressed", True): " gemvtz_kernel (TMA ring)",
-                        ("plain", False): " gemv_kernel", ("compressed", False): " gemvz_kernel"}[(p.path, p.config.pipe == 6)]
+            kern = f" {kernel_name(p.config)}" if p.path in ("plain", "compressed") else ""
             lines.append(f"  {rng:<9} {p.path}{kern}{cfg}  [{p.why}]")
             i = j + 1
         lines.append(f"  m>{MAX_M}      fallback torch.nn.functional.linear  [m > {MAX_M}]")
@@ -2708,19 +2696,21 @@ def _check_weight(name, weight):
         raise ValueError(f"weight of layer '{name}' must be a CUDA tensor, got device {weight.device}")
 
 
-def prepare(name, weight, *, path=None, pdl=None, ctable=None, ztable=None, ttable=None, tpick=None):
+def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=None, ttable=None, tpick=None):
     """Pack one layer and plan every m. weight: CUDA [N, K], bf16 or fp32 (router: hi + lo, fp32 out).
 
     path: None (tables decide per m), 'plain', 'compressed' or 'triton' (force one path for every m <= 32).
     pdl:  None (env MUSE_PDL, default on), True or False.
+    ext:  None (the shipped build) or a module from build_extension(...) (a variant build: tools, tests).
     Runs eagerly (may allocate, synchronize, verify). Returns a Layer; layer.describe() says what each m does.
     """
     _check_weight(name, weight)
     if path not in (None, "plain", "compressed", "triton"):
         raise ValueError(f"path must be None, 'plain', 'compressed' or 'triton', got {path!r}")
-    _ext()
+    ext = shipped_extension() if ext is None else ext
     weight = weight.contiguous()
     L = Layer(name, weight)
+    L.ext = ext
     if pdl is not None:
         L.pdl = bool(pdl)
     N, K = L.N, L.K
@@ -2733,7 +2723,7 @@ def prepare(name, weight, *, path=None, pdl=None, ctable=None, ztable=None, ttab
            for m in range(1, MAX_M + 1)]
     if any(p.path == "compressed" for p in pre):
         try:
-            L.z = _compress_verified(weight)
+            L.z = _compress_verified(weight, ext)
             L.z_note = "ok"
         except _NoCompression as e:
             if path == "compressed":
@@ -2745,12 +2735,10 @@ def prepare(name, weight, *, path=None, pdl=None, ctable=None, ztable=None, ttab
         L.z_note = "not used: the tables send every m to the plain or Triton path"
     L.plans = [None] + [plan_for(name, N, K, m, L.dual, compressible, path, ctable, ztable, ttable, tpick)
                         for m in range(1, MAX_M + 1)]
-    if any(p.path == "plain" and p.config.pipe != 6 for p in L.plans[1:]):
+    if any(isinstance(p.config, GemvConfig) for p in L.plans[1:]):
         L._pack_plain()
-    if any(p.path == "plain" and p.config.pipe == 6 for p in L.plans[1:]):
+    if any(isinstance(p.config, GemvtConfig) for p in L.plans[1:]):
         L.wt = pack_tma(weight)
-    if any(p.path == "compressed" and p.config.pipe == 6 for p in L.plans[1:]):
-        L.zt = pack_tz(weight)                     # verified like z (same window, permuted columns)
     if any(p.path == "triton" for p in L.plans[1:]):
         L._pack_triton()
     L._alloc_workspace()
@@ -2763,8 +2751,8 @@ class _NoCompression(Exception):
     pass
 
 
-def _compress_verified(w):
-    """pack_z + the GPU decode check; raises _NoCompression with the reason when the format does not pay."""
+def _compress_verified(w, ext=None):
+    """pack_z + the GPU decode check (with ext's unpackz; default the shipped build); raises _NoCompression with the reason when the format does not pay."""
     N, K = w.shape
     try:
         z = pack_z(w)
@@ -2774,18 +2762,19 @@ def _compress_verified(w):
     if rate > MAX_EXC_RATE or z.capr > MAX_CAPR:
         raise _NoCompression(f"{100 * rate:.3f}% of weights out of window (capr {z.capr}); limits "
                              f"{100 * MAX_EXC_RATE:.2f}% / {MAX_CAPR}")
-    bad = verify_z(w, z)
+    bad = verify_z(w, z, ext)
     if bad:
         raise _NoCompression(f"decode check failed on the GPU: {bad}")
     return z
 
 
-def verify_z(w, z):
-    """Decode z on the GPU with the kernel's own decz and compare with w bit for bit (exceptions: v + c).
-    Returns '' when exact, else a description of the first mismatch."""
+def verify_z(w, z, ext=None):
+    """Decode z on the GPU with the kernel's own decz (ext's unpackz_kernel; default the shipped build) and compare
+    with w bit for bit (exceptions: v + c). Returns '' when exact, else a description of the first mismatch."""
     N, K = w.shape
     dec = torch.empty((N, K), dtype=torch.bfloat16, device=w.device)
-    _ext().unpackz(z.stream, dec, N, K, z.TL, z.TH)
+    (shipped_extension() if ext is None else ext).unpackz(z.stream.data_ptr(), dec.data_ptr(), N, K, z.TL, z.TH,
+                                                          _raw_stream(w.device))
     db = dec.view(torch.int16)
     wb = w.view(torch.int16)
     same = db == wb
@@ -2804,77 +2793,6 @@ def verify_z(w, z):
         r, k = [int(v) for v in (~same).nonzero()[0]]
         return (f"weight [{r}, {k}] decodes to 0x{int(db[r, k]) & 0xFFFF:04x}, expected 0x{int(wb[r, k]) & 0xFFFF:04x}")
     return ""
-
-
-def tma_kperm(K):
-    """Column order of pack_tz: the 12-bit stream of W[:, perm] puts, in decz's fragment f of each 64-group, the
-    weights wgmma's A needs for k 16 f .. 16 f + 15 of that group in x's natural order. Fragment f's element of lane
-    (g, t) with p = j >> 2, e = j & 1 sits at stream column 32 (f >> 1) + 8 t + 4 (f & 1) + 2 p + e (pack_plain's
-    relabelling) and is wgmma's k 2 t + 8 p + e of step f: so perm[that column] = 16 f + 2 t + 8 p + e.
-    Returns an int64 tensor [K] (a permutation inside each 64-group)."""
-    perm = torch.empty(64, dtype=torch.int64)
-    for f in range(4):
-        for t in range(4):
-            for p in range(2):
-                for e in range(2):
-                    perm[32 * (f >> 1) + 8 * t + 4 * (f & 1) + 2 * p + e] = 16 * f + 2 * t + 8 * p + e
-    return (torch.arange(K // 64, dtype=torch.int64)[:, None] * 64 + perm[None, :]).flatten()
-
-
-def pack_tz(w):
-    """W [N, K] (bf16, on the GPU) as compressed PIPE 6 (gemvtz_kernel) reads it: pack_z of W[:, tma_kperm(K)], its
-    decode verified on the GPU against that matrix bit for bit (verify_z), the side table's k mapped back to the
-    natural column (ascending again within each row), and the stream regrouped into tiles of 4 row blocks x one
-    64-group: [N/64, K/64, 4 * 1536] uint8, so a warpgroup's groups of one stage are one bulk copy. The kernel reads
-    the exceptions as patches (pptr / pesc, patch_table); eptr / esc stay the natural-k row CSR (tests, labs).
-    Raises ValueError if the shape does not tile or the decode check fails. The decode check needs the GPU (the
-    kernel's own decz): on a CPU tensor it is skipped, and labs/lab6_tma.py (part 4, tests/test_lab6.py) stands in.
-    Lab: labs/lab6_tma.py, pack_tz_np and gemvtz_emulate."""
-    N, K = w.shape
-    if N % 64 or K % 64:
-        raise ValueError(f"pack_tz needs N % 64 == 0 and K % 64 == 0, got N={N}, K={K}")
-    perm = tma_kperm(K).to(w.device)
-    wp = w[:, perm].contiguous()
-    z = pack_z(wp)
-    bad = verify_z(wp, z) if w.is_cuda else ""
-    if bad:
-        raise ValueError(f"pack_tz: decode check failed on the GPU: {bad}")
-    eptr, esc, n = z.eptr, z.esc.clone(), z.n_exc
-    if n:
-        rows = torch.arange(N, device=w.device).repeat_interleave((eptr[1:] - eptr[:-1]).long())
-        k = perm[esc[:n, 0].long()]
-        order = torch.argsort(rows * K + k)                 # rows keep their CSR ranges; k ascending inside each
-        esc[:n, 0] = k[order].to(torch.int32)
-        esc[:n, 1] = esc[:n, 1][order]
-    tiles = z.stream.view(N // 64, 4, K // 64, 1536).permute(0, 2, 1, 3).reshape(N // 64, K // 64, 6144).contiguous()
-    exc_cols = sorted({int(c) for c in perm[torch.tensor(z.exc_cols, dtype=torch.int64, device=w.device)].tolist()}) \
-        if n else []
-    pptr, pesc = patch_table(w, eptr, esc, n)
-    return z._replace(stream=tiles, esc=esc, exc_cols=exc_cols, pptr=pptr, pesc=pesc)
-
-
-def patch_table(w, eptr, esc, n):
-    """The exceptions as gemvtz_kernel's lanes patch them into their fragments. Element (row r of 16-row block b,
-    column kk of 64-group G) is held by lane L = (r & 7) * 4 + (kk & 7) / 2 of block b's warp, in fragment
-    f = kk >> 4, word d = (r >> 3) + 2 ((kk >> 3) & 1), half h = kk & 1 (mma16816's A layout). Lane list b * 32 + L is
-    pesc[pptr[b * 32 + L] .. pptr[b * 32 + L + 1]): int32 pairs {G << 5 | f << 3 | d << 1 | h, W's bf16 bits},
-    G ascending. w: W [N, K] bf16; eptr / esc: its row CSR with natural k (pack_tz's). Returns
-    (pptr int32 [N/16 * 32 + 1], pesc int32 [max(n, 1), 2])."""
-    N, K = w.shape
-    dev = w.device
-    pptr = torch.zeros(N // 16 * 32 + 1, dtype=torch.int32, device=dev)
-    pesc = torch.zeros((max(n, 1), 2), dtype=torch.int32, device=dev)
-    if n:
-        rows = torch.arange(N, device=dev).repeat_interleave((eptr[1:] - eptr[:-1]).long())
-        k = esc[:n, 0].long()
-        r, kk, G = rows % 16, k % 64, k // 64
-        lane = (rows // 16) * 32 + ((r & 7) << 2 | (kk & 7) >> 1)
-        sel = (kk >> 4) << 3 | ((r >> 3) | ((kk >> 3) & 1) << 1) << 1 | (kk & 1)
-        order = torch.argsort((lane * (K // 64) + G) * 32 + sel)
-        pesc[:n, 0] = (G << 5 | sel)[order].to(torch.int32)
-        pesc[:n, 1] = (w[rows, k].view(torch.int16).to(torch.int32) & 0xFFFF)[order]
-        pptr[1:] = torch.cumsum(torch.bincount(lane, minlength=N // 16 * 32), 0).to(torch.int32)
-    return pptr, pesc
 
 
 def kernel_fn(x, layer, out=None):
@@ -2916,13 +2834,5 @@ def kernel_fn(x, layer, out=None):
     if p.path == "triton":
         return _tri_launch(x, layer.tw, layer.tw2, out, layer.tws if c.mode == "ticket" else layer.twa, layer.tsem,
                            c, layer.dual, layer.pdl)
-    if p.path == "plain":
-        w = layer.wt if c.pipe == 6 else layer.w           # PIPE 6 (TMA): pack_tma's tiles
-        _EXT.gemv(x, w, layer.w2 if layer.w2 is not None else w, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.u, c.r, nb_of(m),
-                  layer.dual, c.pipe, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
-    else:
-        z = layer.zt if c.pipe == 6 else layer.z          # PIPE 6 (TMA): pack_tz's tiles and patch table
-        eptr, esc = (z.pptr, z.pesc) if c.pipe == 6 else (z.eptr, z.esc)
-        _EXT.gemvz(x, z.stream, eptr, esc, out, layer.ws, layer.sem, N, layer.K, c.nw, c.s, c.ug, c.r,
-                   nb_of(m), c.pipe, z.TL, z.TH, layer.dbg, c.pf, c.cl, c.co, layer.pdl and c.pdl == 1)
+    layer.launch(m)(x.data_ptr(), out.data_ptr(), m, _raw_stream(x.device), layer.pdl and c.pdl == 1)
     return out

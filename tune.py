@@ -7,7 +7,7 @@
     python tune.py --pf 0,1 --pf-final 0   # L2 prefetch values for the screen / the finalists
     python tune.py --co-final -1,0,100      # shared memory carveouts tried on the finalists
     python tune.py --backend triton         # the Triton path's configs -> tables/ttable.json
-    python build.py                         # then regenerate submission.py from the tables
+    python3 build.py                        # then regenerate submission.py from the tables
 
 How: one extension holds every candidate instantiation (plain NW in {4, 8, 16} x U in {1, 2, 4, 8} x
 PIPE 0..5; compressed NW in {4, 8, 16} x UG in {1, 2, 4} x PIPE 0..5; for the NB and DUAL the selected
@@ -43,7 +43,7 @@ US = (1, 2, 4)
 UGS = (1, 2, 4)
 RS = (1, 2, 4)
 PIPES = (0, 1, 2, 3, 4, 5)
-# PIPE 6 (gemvt_kernel: TMA ring + wgmma, bf16 weights only): NW consumer warps, U = stages of the ring, R = 64-k
+# gemvt_kernel (GemvtConfig: TMA ring + wgmma, bf16 weights only): NW consumer warps, ST stages of the ring, KA 64-k
 # atoms a stage; S only where the grid has 0.5 to 4 CTAs per SM (a CTA holds up to 227 KB of ring).
 TMA_NWS = (4, 8)
 TMA_STS = (4, 8, 12)
@@ -57,7 +57,7 @@ FINAL_PFS = (0, 1)
 # router by 2.6 us and a qkv_gate m=32 config by 5.8 us).
 FINAL_COS = (-1,)
 ROOT = os.path.dirname(os.path.abspath(__file__))
-RENAMED = ("gemv_dispatch", "gemvz_dispatch", "gemv_attrs", "gemvz_attrs", "unpackz_launch", "unpackz_kernel")
+RENAMED = ("muse_launch", "muse_attrs", "unpackz_launch", "unpackz_kernel")
 
 
 # ---- the candidate extension -----------------------------------------------------------------------
@@ -87,52 +87,36 @@ def instances(nbs, duals, paths=("plain", "compressed"), nws=NWS, tma=True):
                         regs = frags + (8 * ug * nb * xbufs if pipelined else 8 * nb) + 4 * r * nb + 16
                         if regs <= 200 and sub.smem_bytes(nw, nb, r, True) <= sub.SMEM_LIMIT:
                             out.append(("gemvz", (nw, ug, nb, r, pipe)))
-    # PIPE 6 (the TMA ring: gemvt_kernel / gemvtz_kernel), bf16 weights only
-    for path, kind, smem in (("plain", "gemv", sub.gemvt_smem), ("compressed", "gemvz", sub.gemvtz_smem)):
-        if tma and path in paths and False in duals:
-            for nw, nb, st, ka in itertools.product(TMA_NWS, nbs, TMA_STS, TMA_KAS):
-                if smem(nw, st, nb, ka) <= sub.TMA_SMEM_LIMIT:
-                    out.append((kind, (nw, st, nb, ka, False, 6) if kind == "gemv" else (nw, st, nb, ka, 6)))
+    # gemvt_kernel (the TMA ring, GemvtConfig): bf16 weights, plain path only
+    if tma and "plain" in paths and False in duals:
+        for nw, nb, st, ka in itertools.product(TMA_NWS, nbs, TMA_STS, TMA_KAS):
+            if sub.gemvt_smem(nw, st, nb, ka) <= sub.TMA_SMEM_LIMIT:
+                out.append(("gemvt", (nw, st, nb, ka)))
     return out
 
 
 def tune_sources(insts, nfiles):
-    """nfiles .cu sources (each KERNEL_SRC with a share of the instantiations and renamed entry points) and
-    a .cpp that chains their dispatchers under the names BIND_SRC expects."""
+    """nfiles .cu sources (each the kernel source with a share of the instantiations and its entry points renamed
+    _i) and a .cpp (the glue, BIND_SRC, and the chain that tries each file's dispatcher in turn under the names the
+    glue calls)."""
     files = []
     for i in range(nfiles):
-        mine = insts[i::nfiles]
-        c3 = [a for k, a in mine if k == "gemv"]
-        z3 = [a for k, a in mine if k == "gemvz"]
-        src = sub.KERNEL_SRC
-        src = build.replace_region(src, build.CU_BEGIN.format(src="ctable.json + DEFAULT_GEMV"), build.CU_END,
-                                   build.c3_block(c3) if c3 else "#define GEMV_CONFIGS(C3)")
-        src = build.replace_region(src, build.CU_BEGIN.format(src="ztable.json + DEFAULT_GEMVZ"), build.CU_END,
-                                   build.z3_block(z3) if z3 else "#define GEMVZ_CONFIGS(Z3)")
         head = "".join(f"#define {n} {n}_{i}\n" for n in RENAMED)
-        files.append(head + src)
+        files.append(head + sub.variant_source((), insts[i::nfiles]))
     sig = {
-        "gemv_dispatch": ("int", "const void* x, const void* w, const void* w2, void* out, void* ws, void* sem, int M, "
-                          "int N, int K, int S, int NW, int U, int NB, int R, bool dual, int P, int pf, int cl, int co, bool pdl, "
-                          "cudaStream_t st",
-                          "x, w, w2, out, ws, sem, M, N, K, S, NW, U, NB, R, dual, P, pf, cl, co, pdl, st"),
-        "gemvz_dispatch": ("int", "const void* x, const void* w, const void* eptr, const void* esc, void* out, void* ws, "
-                           "void* sem, int M, int N, int K, int S, int NW, int UG, int NB, int R, int P, uint32_t TL, "
-                           "uint32_t TH, int dbg, int pf, int cl, int co, bool pdl, cudaStream_t st",
-                           "x, w, eptr, esc, out, ws, sem, M, N, K, S, NW, UG, NB, R, P, TL, TH, dbg, pf, cl, co, pdl, st"),
-        "gemv_attrs": ("int", "int NW, int U, int NB, int R, bool dual, int P, int* res", "NW, U, NB, R, dual, P, res"),
-        "gemvz_attrs": ("int", "int NW, int UG, int NB, int R, int P, int* res", "NW, UG, NB, R, P, res"),
+        "muse_launch": ("int kind, const int* t, const GemvArgs& a, int co, bool pdl, cudaStream_t st",
+                        "kind, t, a, co, pdl, st"),
+        "muse_attrs": ("int kind, const int* t, int* res", "kind, t, res"),
     }
-    cpp = ["#include <cuda_runtime.h>", "#include <stdint.h>"]
-    for name, (ret, params, args) in sig.items():
-        for i in range(nfiles):
-            cpp.append(f"{ret} {name}_{i}({params});")
-        body = "".join(f"  rc = {name}_{i}({args}); if (rc != -1) return rc;\n" for i in range(nfiles))
-        cpp.append(f"{ret} {name}({params}) {{\n  int rc;\n{body}  return -1;\n}}")
+    cpp = [sub.BIND_SRC]
+    for name, (params, args) in sig.items():
+        cpp += [f"int {name}_{i}({params});" for i in range(nfiles)]
+        body = "".join(f"  if ((rc = {name}_{i}({args})) != -1) return rc;\n" for i in range(nfiles))
+        cpp.append(f"int {name}({params}) {{\n  int rc;\n{body}  return -1;\n}}")
     cpp.append("int unpackz_launch_0(const void* w, void* out, int N, int K, uint32_t TL, uint32_t TH, cudaStream_t st);")
     cpp.append("int unpackz_launch(const void* w, void* out, int N, int K, uint32_t TL, uint32_t TH, cudaStream_t st) "
                "{ return unpackz_launch_0(w, out, N, K, TL, TH, st); }")
-    return files, "\n".join(cpp) + "\n" + sub.BIND_SRC
+    return files, "\n".join(cpp) + "\n"
 
 
 def build_tune_ext(insts, nfiles=None):
@@ -188,14 +172,14 @@ def s_options(kblocks, per_cta, row_groups):
 def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
     """Every compiled config that fits the shape and does not spill, with every S and pf in pfs; for S > 1 the
     cluster reduction (cl = 2), or the ticket (cl = 0) where the cluster's shared memory does not fit. Plus (bf16
-    weights) the path's compiled PIPE 6 configs at the S listed below."""
+    weights, plain path) the compiled gemvt_kernel configs at the S listed below."""
     nb = sub.nb_of(m)
     out, spilled = [], 0
-    if tma and not dual:
+    if tma and not dual and not compressed:
         for nw in TMA_NWS:
             for st in TMA_STS:
                 for ka in TMA_KAS:
-                    a = ext.gemvz_attrs(nw, st, nb, ka, 6) if compressed else ext.gemv_attrs(nw, st, nb, ka, False, 6)
+                    a = ext.attrs(sub.KINDS.index("gemvt"), [nw, st, nb, ka])
                     if not a:
                         continue
                     if a[1] > 0:
@@ -208,7 +192,7 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
                                 {s for s in range(2, 33) for w in (132, 264) if 0.75 * w <= tiles * s <= w})
                     for s in ss:                  # config_fits refuses an S past K / (64 ka)
                         for cl in ((2, 0) if s > 1 else (0,)):
-                            c = (sub.GemvzConfig if compressed else sub.GemvConfig)(nw, s, st, ka, 6, 0, 1, cl)
+                            c = sub.GemvtConfig(nw, s, st, ka, 1, cl)
                             if not sub.config_fits(c, N, K, m, dual):
                                 out.append(c)
                                 break
@@ -218,7 +202,8 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
                 if N % (16 * r):
                     continue
                 for pipe in PIPES:
-                    a = ext.gemvz_attrs(nw, u, nb, r, pipe) if compressed else ext.gemv_attrs(nw, u, nb, r, dual, pipe)
+                    a = (ext.attrs(sub.KINDS.index("gemvz"), [nw, u, nb, r, pipe]) if compressed else
+                         ext.attrs(sub.KINDS.index("gemv"), [nw, u, nb, r, int(dual), pipe]))
                     if not a:
                         continue
                     if a[1] > 0:
@@ -249,7 +234,7 @@ def time_config(Ls, m, cfg, x, replays):
 def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=(), final_cos=(), fits=lambda c: None):
     """Screen every candidate, re-time the best `keep`, each also at every pf of final_pfs, every carveout of
     final_cos and without PDL, leaving out the variants fits(cfg) refuses (a field value the config's path does not
-    take, such as pf on PIPE 6); returns [(us, cfg)] sorted, finalists first."""
+    take); returns [(us, cfg)] sorted, finalists first."""
     res = []
     for c in cands:
         try:
@@ -261,7 +246,7 @@ def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=(), final_cos
     # next kernel's early CTAs: measured 2026-11-30 on qkv_gate, NW=16 S=1: 12.2 us with PDL, 10.2 without)
     variants = []
     for _, c in res[:keep]:
-        bases = [c] + [c._replace(pf=p) for p in final_pfs if p != c.pf]   # TritonConfig: no pf, no final_pfs
+        bases = [c] + [c._replace(pf=p) for p in final_pfs if "pf" in c._fields and p != c.pf]   # gemvt: no pf
         bases += [b._replace(co=v) for b in list(bases) for v in final_cos if v != b.co]
         for b in bases:
             for c2 in (b, b._replace(pdl=0)):
@@ -293,9 +278,9 @@ def best_by(ranked, field):
     screened)."""
     best = {}
     for us, c in ranked:
-        v = getattr(c, field)
+        v = getattr(c, field, type(c).__name__)     # a field the config type lacks (gemvt: pf, pipe): its type
         best[v] = min(us, best.get(v, us))
-    return f"{field} " + ", ".join(f"{v}: {us:.2f}" for v, us in sorted(best.items()))
+    return f"{field} " + ", ".join(f"{v}: {us:.2f}" for v, us in sorted(best.items(), key=lambda kv: str(kv[0])))
 
 
 def row_of(layer, m, ranked, device, date):
@@ -318,7 +303,7 @@ def main(argv=None):
     ap.add_argument("--nw", default=",".join(map(str, NWS)), help="warps per CTA to try")
     ap.add_argument("--budget-s", type=float, default=540, help="stop (tables saved) before this many seconds")
     ap.add_argument("--backend", choices=("cuda", "triton"), default="cuda")
-    ap.add_argument("--no-tma", action="store_true", help="leave PIPE 6 (TMA + wgmma, gemvt_kernel) out")
+    ap.add_argument("--no-tma", action="store_true", help="leave gemvt_kernel (TMA ring + wgmma) out")
     ap.add_argument("--paths", default="plain,compressed", help="CUDA paths to tune: plain, compressed or both")
     ap.add_argument("--pf", default=",".join(map(str, PFS)), help="L2 prefetch values to screen (0, 1)")
     ap.add_argument("--pf-final", default=",".join(map(str, FINAL_PFS)), help="L2 prefetch values for the finalists")
@@ -351,7 +336,6 @@ def main(argv=None):
     ext = build_tune_ext(instances(nbs, duals, paths, nws, not args.no_tma))
     if args.build_only:
         return 0
-    sub._EXT = ext
     dev = torch.cuda.get_device_name()
     date = datetime.date.today().isoformat()
     shapes, layer_info, ct, zt = build.load_tables()
@@ -365,7 +349,7 @@ def main(argv=None):
         N, K, dual = d["N"], d["K"], d["dtype"] == "fp32"
         w = judge.trained_like(N, K, 5, "cuda", torch.float32 if dual else torch.bfloat16)
         P = judge.copies_for(N * K * 2 * (2 if dual else 1))
-        Ls = [sub.prepare(name, w, path=None if dual else "compressed") for _ in range(P)]
+        Ls = [sub.prepare(name, w, path=None if dual else "compressed", ext=ext) for _ in range(P)]
         if not dual:
             log(f"[tune] {name}: {Ls[0].describe().splitlines()[1].strip()}")
         for m in ms:
@@ -401,13 +385,13 @@ def main(argv=None):
         if out_of_time:
             break
     print(f"[tune] done in {time.time() - t_start:.0f} s" + ("" if args.no_write else
-          "; tables/ updated: run `python build.py` to regenerate submission.py"))
+          "; tables/ updated: run `python3 build.py` to regenerate submission.py"))
     return 0
 
 
 def tune_triton(args, layers, ms):
     """--backend triton: every shape's Triton candidates, screened then re-timed; winners to ttable.json."""
-    sub._EXT = sub.build_extension()       # prepare() needs the CUDA extension too (its cached build)
+    ext = sub.build_extension()            # prepare() needs the CUDA extension too (the shipped build, cached)
     t_start = time.time()
     dev, date = torch.cuda.get_device_name(), datetime.date.today().isoformat()
     shapes = build.load_json("shapes.json")
@@ -418,7 +402,7 @@ def tune_triton(args, layers, ms):
         d = judge.LAYERS[name]
         N, K, dual = d["N"], d["K"], d["dtype"] == "fp32"
         w = judge.trained_like(N, K, 5, "cuda", torch.float32 if dual else torch.bfloat16)
-        Ls = [sub.prepare(name, w, path="triton") for _ in range(judge.copies_for(N * K * 2 * (2 if dual else 1)))]
+        Ls = [sub.prepare(name, w, path="triton", ext=ext) for _ in range(judge.copies_for(N * K * 2 * (2 if dual else 1)))]
         for m in ms:
             if time.time() - t_start > args.budget_s:
                 print(f"[tune] budget of {args.budget_s:.0f} s reached: stopping", flush=True)

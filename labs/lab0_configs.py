@@ -35,6 +35,15 @@ SMEM_LIMIT = 48 * 1024         # static + dynamic shared memory per CTA
 
 
 # %% Layout: the rules a config must satisfy -----------------------------------------------------------
+def ring_fields(config):
+    """A gemvt_kernel row (GemvtConfig: {nw, s, st, ka, pdl, cl, co}) in this lab's terms for the TMA ring: pipe 6,
+    u = the ring's stages, r = 64-k tiles a stage. Other rows unchanged."""
+    if "st" not in config:
+        return config
+    c = {k: v for k, v in config.items() if k not in ("st", "ka")}
+    return dict(c, u=config["st"], r=config["ka"], pipe=6)
+
+
 def check_row(kind, layer, m, config):
     """Problems of one table row (empty list if it is fine). kind: 'plain' (gemv_kernel) or 'compressed'
     (gemvz_kernel); layer: {"layer", "N", "K", "dtype"}; config: {"nw", "s", "u" | "ug", "pipe"} and optionally
@@ -44,6 +53,7 @@ def check_row(kind, layer, m, config):
     probs = []
     if kind not in ("plain", "compressed"):
         return [f"{where}: kind must be 'plain' or 'compressed'"]
+    config = ring_fields(config)
     ukey = "u" if kind == "plain" else "ug"
     for key in ("nw", "s", ukey, "pipe", "r", "pf", "pdl", "cl"):
         v = config.get(key, {"r": 1, "pf": 0, "pdl": 1, "cl": 0}.get(key))
@@ -57,8 +67,10 @@ def check_row(kind, layer, m, config):
     if not 1 <= m <= 32:
         probs.append(f"{where}: m={m} outside 1..32")
     nb = nb_of(m)
+    if pipe == 6 and kind == "compressed":
+        return probs + [f"{where}: the compressed TMA ring (gemvtz_kernel) was removed (FINDINGS.md)"]
     if pipe == 6:
-        return probs + check_tma_row(where, layer, nb, nw, s, u, r, pf, pdl, cl, kind == "compressed")
+        return probs + check_tma_row(where, layer, nb, nw, s, u, r, pf, pdl, cl)
     if pipe > 5:
         probs.append(f"{where}: PIPE={pipe} not in 0..6")
     if pf > 1 or pdl > 1 or cl > 2:
@@ -129,6 +141,7 @@ def check_tma_row(where, layer, nb, nw, s, u, r, pf, pdl, cl, compressed=False):
 # %% Emulation: what a config launches -----------------------------------------------------------------
 def launch_numbers(kind, layer, config):
     """Grid, warps, K per warp, bytes in flight per lane and per SM for one row."""
+    config = ring_fields(config)
     N, K = layer["N"], layer["K"]
     nw, s, r = config["nw"], config["s"], config.get("r", 1)
     if config["pipe"] == 6:     # the ring's weight bytes are what a CTA keeps in flight
@@ -155,6 +168,8 @@ def launch_numbers(kind, layer, config):
 
 
 def fmt_cfg(kind, c):
+    if "st" in c:
+        return f"gemvt nw={c['nw']} s={c['s']} st={c['st']} ka={c['ka']} pdl={c.get('pdl', 1)} cl={c.get('cl', 0)}"
     u = f"u={c['u']}" if kind == "plain" else f"ug={c['ug']}"
     return (f"nw={c['nw']} s={c['s']} {u} r={c.get('r', 1)} pipe={c['pipe']} pf={c.get('pf', 0)} "
             f"pdl={c.get('pdl', 1)} cl={c.get('cl', 0)}")

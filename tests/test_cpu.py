@@ -17,17 +17,15 @@ LAYERS = judge.LAYERS
 ALL_M = judge.SCORED_M + judge.ODD_M
 
 
-def _compiled(block):
-    m = re.search(r"#define " + block + r"\((\w+)\)(.*?)\n// ---- END GENERATED", S.KERNEL_SRC, re.S)
-    return {tuple(a.strip() for a in args.split(",")) for args in re.findall(m.group(1) + r"\(([^)]*)\)", m.group(2))}
-
-
-def _c3(cfg, m, dual):
-    return (str(cfg.nw), str(cfg.u), str(S.nb_of(m)), str(cfg.r), "true" if dual else "false", str(cfg.pipe))
-
-
-def _z3(cfg, m):
-    return (str(cfg.nw), str(cfg.ug), str(S.nb_of(m)), str(cfg.r), str(cfg.pipe))
+def _compiled():
+    """(kind, template args) of every instantiation line in KERNEL_SRC's generated region, typed as instance_of."""
+    region = S.KERNEL_SRC[S.KERNEL_SRC.index(S.CONFIGS_BEGIN):S.KERNEL_SRC.index(S.CONFIGS_END)]
+    out = set()
+    for line, kind in (("C3", "gemv"), ("Z3", "gemvz"), ("T3", "gemvt")):
+        for args in re.findall(r"\n  " + line + r"\(([^)]*)\)", region):
+            out.add((kind, tuple(v.strip() == "true" if v.strip() in ("true", "false") else int(v)
+                                 for v in args.split(","))))
+    return out
 
 
 # ---- build.py / tables -----------------------------------------------------------------------------
@@ -59,18 +57,44 @@ def test_build_check_catches_a_missing_instantiation(tmp_path):
 
 
 def test_every_table_row_and_default_is_compiled_in():
-    c3, z3 = _compiled("GEMV_CONFIGS"), _compiled("GEMVZ_CONFIGS")
-    for (name, m), cfg in S.CTABLE.items():
-        assert _c3(cfg, m, LAYERS[name]["dtype"] == "fp32") in c3, (name, m, cfg)
-    for (name, m), cfg in S.ZTABLE.items():
-        assert _z3(cfg, m) in z3, (name, m, cfg)
+    compiled = _compiled()
+    for (name, m), cfg in list(S.CTABLE.items()) + list(S.ZTABLE.items()):
+        assert S.instance_of(cfg, m, LAYERS[name]["dtype"] == "fp32") in compiled, (name, m, cfg)
     for nw, u, r, pipe in S.DEFAULT_GEMV:
-        for nb in (1, 2, 4):
-            for d in ("true", "false"):
-                assert (str(nw), str(u), str(nb), str(r), d, str(pipe)) in c3
+        for m in (1, 9, 17):
+            for d in (True, False):
+                assert S.instance_of(S.GemvConfig(nw, 1, u, r, pipe, 0), m, d) in compiled
     for nw, ug, r, pipe in S.DEFAULT_GEMVZ:
-        for nb in (1, 2, 4):
-            assert (str(nw), str(ug), str(nb), str(r), str(pipe)) in z3
+        for m in (1, 9, 17):
+            assert S.instance_of(S.GemvzConfig(nw, 1, ug, r, pipe, 0), m) in compiled
+
+
+def test_the_shipped_source_compiles_only_what_a_table_row_or_the_default_rule_reaches():
+    reach = set()
+    for (name, m), cfg in list(S.CTABLE.items()) + list(S.ZTABLE.items()):
+        reach.add(S.instance_of(cfg, m, LAYERS[name]["dtype"] == "fp32"))
+    for m in (1, 9, 17):
+        reach |= {S.instance_of(S.GemvConfig(nw, 1, u, r, p, 0), m, bool(d)) for nw, u, r, p in S.DEFAULT_GEMV for d in (0, 1)}
+        reach |= {S.instance_of(S.GemvzConfig(nw, 1, u, r, p, 0), m) for nw, u, r, p in S.DEFAULT_GEMVZ}
+    assert _compiled() == reach
+
+
+def test_build_check_catches_kernel_source_edited_outside_csrc(tmp_path):
+    stale = tmp_path / "submission.py"
+    text = open(os.path.join(ROOT, "submission.py")).read()
+    stale.write_text(text.replace("__device__ __forceinline__ uint4 ld_stream", "__device__ inline uint4 ld_stream", 1))
+    r = subprocess.run([sys.executable, "build.py", "--check", "--file", str(stale)], cwd=ROOT, capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and "ld_stream" in r.stdout
+
+
+def test_build_check_catches_a_stale_configs_header(tmp_path):
+    stale = tmp_path / "configs.cuh"
+    text = open(os.path.join(ROOT, "csrc", "configs.cuh")).read()
+    stale.write_text(re.sub(r"\n  T3\([^)]*\) \\", "", text, count=1))
+    r = subprocess.run([sys.executable, "build.py", "--check", "--configs", str(stale)], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "configs.cuh" in r.stderr
 
 
 def test_ztable_literal_holds_only_rows_that_beat_plain():
@@ -102,12 +126,8 @@ def test_every_scored_layer_and_odd_m_gets_a_fitting_compiled_config(name, m):
         assert (name, S.reference_m(name, m, (S.TTABLE,))) in S.TPICK
         # without Triton the same shape takes a compiled CUDA config
         p = S.plan_for(name, d["N"], d["K"], m, dual, comp, tpick=frozenset())
-    if p.path == "plain":
-        assert S.gemv_fits(p.config, d["N"], d["K"], m) is None
-        assert _c3(p.config, m, dual) in _compiled("GEMV_CONFIGS")
-    else:
-        assert S.gemvz_fits(p.config, d["N"], d["K"], m) is None
-        assert _z3(p.config, m) in _compiled("GEMVZ_CONFIGS")
+    assert S.config_fits(p.config, d["N"], d["K"], m, dual) is None
+    assert S.instance_of(p.config, m, dual) in _compiled()
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
@@ -228,14 +248,14 @@ def test_describe_names_every_m_path():
 
 def test_describe_names_the_kernel_of_each_plan():
     L = _cpu_layer(256, 1024)
-    t6 = S.GemvConfig(nw=4, s=2, u=4, r=2, pipe=6, pf=0)
+    t6 = S.GemvtConfig(nw=4, s=2, st=4, ka=2)
     z3 = S.GemvzConfig(nw=4, s=2, ug=1, r=1, pipe=3, pf=0)
     L.plans[1:9] = [S.PlanEntry("compressed", z3, "test")] * 8
     L.plans[17:33] = [S.PlanEntry("plain", t6, "test")] * 16
     L.z_note = "not tried"
     d = L.describe()
     assert "m=1..8" in d and "compressed gemvz_kernel GemvzConfig(" in d
-    assert "m=17..32" in d and "plain gemvt_kernel (TMA ring) GemvConfig(" in d
+    assert "m=17..32" in d and "plain gemvt_kernel (TMA ring) GemvtConfig(" in d
 
 
 # ---- judge helpers ---------------------------------------------------------------------------------
@@ -340,10 +360,8 @@ def test_tpick_lists_exactly_the_triton_rows_faster_than_the_cuda_winner():
 
 class _FakeExt:
     """tune.candidates' view of the extension: every instantiation compiled, no spills, 1024 threads."""
-    def gemv_attrs(self, *a):
+    def attrs(self, kind, t):
         return [64, 0, 0, 1024]
-
-    gemvz_attrs = gemv_attrs
 
 
 def test_tune_screens_each_pf_and_the_cluster_reduction_where_it_fits():
@@ -386,12 +404,8 @@ def test_every_config_the_gpu_tests_force_is_compiled_in():
     for name, m, cfg in forced_configs.CLUSTER_CASES:
         d = LAYERS[name]
         for c in (cfg, cfg._replace(cl=1)):
-            if isinstance(c, S.GemvzConfig):
-                assert _z3(c, m) in _compiled("GEMVZ_CONFIGS"), (name, m, c)
-                assert S.gemvz_fits(c, d["N"], d["K"], m) is None, (name, m, c)
-            else:
-                assert _c3(c, m, d["dtype"] == "fp32") in _compiled("GEMV_CONFIGS"), (name, m, c)
-                assert S.gemv_fits(c, d["N"], d["K"], m) is None, (name, m, c)
+            assert S.instance_of(c, m, d["dtype"] == "fp32") in _compiled(), (name, m, c)
+            assert S.config_fits(c, d["N"], d["K"], m, d["dtype"] == "fp32") is None, (name, m, c)
 
 
 def test_tune_finalists_of_the_triton_sweep_have_no_pf(monkeypatch):
@@ -416,12 +430,21 @@ def test_table_literal_writes_the_carveout_only_when_a_row_sets_one():
     rows = [{"layer": "x", "m": 1, "config": {"nw": 4, "s": 1, "u": 1, "pipe": 2, "co": -1}, "us": 1.0},
             {"layer": "x", "m": 2, "config": {"nw": 4, "s": 1, "u": 1, "pipe": 2}, "us": 1.0},
             {"layer": "x", "m": 4, "config": {"nw": 4, "s": 1, "u": 1, "pipe": 2, "co": 50}, "us": 1.0}]
-    fields = ("nw", "s", "u", "r", "pipe", "pf", "pdl", "cl", "co")
-    lines = build.table_literal("T", "GemvConfig", fields, rows).splitlines()[1:-1]
+    lines = build.table_literal("T", rows).splitlines()[1:-1]
     assert "co=" not in lines[0] and "co=" not in lines[1] and "cl=0, co=50)" in lines[2]
     ns = {"GemvConfig": S.GemvConfig}
-    t = eval(build.table_literal("T", "GemvConfig", fields, rows)[4:], ns)
+    t = eval(build.table_literal("T", rows)[4:], ns)
     assert [c.co for c in t.values()] == [-1, -1, 50]
+
+
+def test_table_literal_writes_each_row_as_the_config_type_its_fields_name():
+    rows = [{"layer": "x", "m": 1, "config": {"nw": 4, "s": 2, "st": 8, "ka": 2, "pdl": 1, "cl": 2}, "us": 1.0},
+            {"layer": "x", "m": 2, "config": {"nw": 4, "s": 1, "ug": 1, "r": 2, "pipe": 0}, "us": 1.0},
+            {"layer": "x", "m": 4, "config": {"nw": 4, "s": 1, "u": 1, "r": 1, "pipe": 2}, "us": 1.0}]
+    ns = {n: getattr(S, n) for n in ("GemvConfig", "GemvzConfig", "GemvtConfig")}
+    t = eval(build.table_literal("T", rows)[4:], ns)
+    assert [type(c).__name__ for c in t.values()] == ["GemvtConfig", "GemvzConfig", "GemvConfig"]
+    assert t[("x", 1)] == S.GemvtConfig(nw=4, s=2, st=8, ka=2, pdl=1, cl=2)
 
 
 def test_tune_tries_each_final_carveout_on_each_finalist(monkeypatch):
@@ -444,118 +467,11 @@ def test_tune_paths_compiles_only_the_asked_path():
     import tune
     z = tune.instances([1], [False], ("compressed",))
     p = tune.instances([1], [False], ("plain",))
-    assert z and all(k == "gemvz" for k, _ in z) and p and all(k == "gemv" for k, _ in p)
+    assert z and all(k == "gemvz" for k, _ in z) and p and all(k in ("gemv", "gemvt") for k, _ in p)
+    assert any(k == "gemvt" for k, _ in p) and not any(k == "gemvt" for k, _ in tune.instances([1], [False], ("plain",),
+                                                                                             tma=False))
     d = tune.instances([1], [True], ("compressed",))                  # the router: DUAL, always plain
     assert d and all(k == "gemv" and a[4] for k, a in d)
-
-
-def test_trace_chain_sources_and_analysis():
-    import trace_chain as T
-    assert T.traced_source().startswith("#define MUSE_TRACE\n")
-    assert f"blockIdx.x) * {T.SLOT_U64};" in S.KERNEL_SRC     # the slot the kernels write is the one read here
-    L = S.Layer("x", torch.zeros(256, 8192))
-    L.plans = [None] + [S.PlanEntry("plain", S.GemvConfig(8, 4, 1, 2, 3, 0, 1, 1), "test")] * S.MAX_M
-    assert T.trace_region(L, 1) == (256 // 16 * 4 * 128, 256 // 32 * 4)   # after the split-K area; 8 x 4 CTAs
-    launches = []
-    for i in range(3):                      # launch i: released 500 ns after launch i-1's last CTA ended
-        rows = []
-        for c in range(2):
-            g0, g1, g2 = 3000 * i - 1000, 3000 * i + 500 + 10 * c, 3000 * (i + 1) - 100 * c
-            c1 = 2 * g1
-            rows.append([g0, g1, g2, 2 * g0, c1, c1 + 1000, c1 + 1100, c1 + 1400, 2 * g2, c1 + 200 * c, c1 + 600,
-                         c | ((c == 0) << 48), 0, 0])
-        launches.append(torch.tensor(rows))
-    a = T.analyse(launches)
-    assert (a["launches"], a["period"], a["gap"], a["crit"], a["early"]) == (3, 3000, 500, 2500, 1500)
-    assert (a["loop"], a["barrier"], a["combine_store"], a["ns_per_cycle"]) == (500, 50, 150, 0.5)
-    assert (a["weights_in"], a["weights_in_p90"], a["x_in"], a["loop_rest"]) == (50, 100, 250, 200)
-    assert a["sm_end"] == {2: (2500, 1.0)} and a["sm_tail"] == 0     # both CTAs on SM 0 (word 11 bits 32..47)
-    for t in launches:                      # CTA 1 on SM 3 instead: two SMs of one CTA; CTA 0's SM ends last
-        t[1, 11] |= 3 << 32
-    a = T.analyse(launches)
-    assert a["sm_end"] == {1: (2450, 2.0)} and a["sm_tail"] == 50
-    assert a["exc"] == []                   # word 12 = 0: no exception warp (gemv)
-    for t in launches:                      # gemvz: its exception warp at the barrier 1050 cycles after the release
-        t[:, 12] = t[:, 4] + 1050
-    a = T.analyse(launches)                 # warp 0's partials at +1000, the barrier at +1100
-    assert (a["exc"], a["exc_to_bar"], a["w0_to_bar"]) == ([25.0] * 6, [25.0] * 6, [50.0] * 6)
-    # occupancy by registers: 92 registers x 9 warps fit twice in 65536, 114 (allocated as 120) only once
-    assert (T.ctas_by_registers(92, 288), T.ctas_by_registers(114, 288), T.ctas_by_registers(72, 160)) == (2, 1, 5)
-
-    class Ext:
-        def __init__(self, regs):
-            self.regs = regs
-
-        def gemvz_attrs(self, *a):
-            return [self.regs, 0, 0, 1024]
-
-    plan = S.PlanEntry("compressed", S.GemvzConfig(8, 1, 1, 2, 4, 0), "test")
-    assert T.occupancy_note(Ext(92), Ext(96), plan, 1, False) == ""
-    assert "2 / 1 CTAs per SM" in T.occupancy_note(Ext(92), Ext(114), plan, 1, False)
-
-
-def test_tool_case_specs_parse_or_say_what_is_wrong():
-    import cases
-    assert cases.parse("pooler:1") == ("pooler", 1, None, {})
-    assert cases.parse("router:16:plain:nw=8:co=-1") == ("router", 16, "plain", {"nw": 8, "co": -1})
-    for bad, msg in (("poolr:1", "with a layer in"), ("pooler", "expected"), ("pooler:1:fast", "cannot read"),
-                     ("pooler:1:pf=x", "integers")):
-        with pytest.raises(SystemExit, match=msg):
-            cases.parse(bad)
-
-
-def test_balanced_rows_is_a_permutation_that_evens_the_exceptions_per_group():
-    # cases.py's bal=G (session 15): a row order in which every G rows hold about as many out-of-window weights
-    import cases
-    import judge
-    w = judge.trained_like(256, 1024, 3)
-    tiny = torch.tensor([2.0 ** -(60 + j % 40) for j in range(128)], dtype=torch.bfloat16)
-    w[:32, ::8] = tiny                        # far below the window, 40 classes: 128 exceptions in each of 32 rows
-    per_group = lambda w: S.pack_z(w).eptr.diff().view(-1, 32).sum(1)
-    before = per_group(w)
-    assert before[0] >= 32 * 128 and before[0] > 10 * before[1:].max()
-    perm = cases.balanced_rows(w, 32)
-    assert sorted(perm.tolist()) == list(range(256))
-    after = per_group(w[perm])
-    assert after.sum() == before.sum() and after.max() - after.min() <= 128 + before[1:].max()
-    assert after.max() < before.max() / 4
-    with pytest.raises(SystemExit, match="divisor"):
-        cases.balanced_rows(w, 48)
-
-
-def test_ab_define_variant_sources():
-    import ab_define as A
-    assert A.variant_source("") == S.KERNEL_SRC
-    assert A.variant_source("MUSE_A+MUSE_B") == "#define MUSE_A\n#define MUSE_B\n" + S.KERNEL_SRC
-    with pytest.raises(SystemExit, match="not a macro name"):
-        A.variant_source("X=1")
-
-
-def test_tool_summary_lists_both_rounds_and_the_fastest():
-    import cases
-    cols, best = cases.summary({1: [2.0, 1.5], 2: [1.7, 1.8]}, lambda v: f"cl={v}")
-    assert cols == "cl=1: 2.00/1.50  cl=2: 1.70/1.80" and best == 1
-
-
-def test_tool_interleaved_timing_checks_each_choice_unless_told_not_to(monkeypatch):
-    # ab_define.py --no-check times variants that are wrong on purpose; without it a wrong choice stops the run
-    import cases
-    import judge
-
-    class L:
-        dual, weight = False, torch.zeros(16, 64, dtype=torch.bfloat16)
-
-    def wrong(*a, **k):
-        raise judge.CheckFailed("off by a lot")
-    monkeypatch.setattr(judge, "reference", lambda x, w: None)
-    monkeypatch.setattr(judge, "check_close", wrong)
-    monkeypatch.setattr(judge, "time_graph", lambda fns, replays: (len(fns) * 1e-3, None))
-    monkeypatch.setattr(cases.S, "kernel_fn", lambda x, layer: None)
-    seen = []
-    res = cases.time_interleaved([L(), L()], None, "t:1", ["a", "b"], seen.append, str, 3, "ab", check=False)
-    assert res == {"a": [1.0, 1.0], "b": [1.0, 1.0]} and seen == ["a", "b", "a", "b"]
-    with pytest.raises(SystemExit, match=r"\[ab\] wrong result: off by a lot"):
-        cases.time_interleaved([L()], None, "t:1", ["a"], seen.append, str, 3, "ab")
 
 
 def test_tune_drops_a_winner_whose_output_is_wrong(monkeypatch):

@@ -63,11 +63,12 @@ def test_probe_row_on_exception_column_is_exact_and_needs_the_correction(prepare
     assert comp, L.describe()
     xm = x.repeat(comp[0], 1)
     judge.check_probe(suite.call(xm, L)[0], w[:, k], False, "with corrections")
-    L.dbg = 1
+    shipped = L.ext
+    L.ext = S.build_extension(defines=("MUSE_SKIP_CORRECTIONS",), insts=[S.instance_of(L.plan(comp[0]).config, comp[0])])
     try:
         wrong = suite.call(xm, L)[0]
     finally:
-        L.dbg = 0
+        L.ext = shipped
     assert not torch.equal(wrong.view(torch.int16), w[:, k].view(torch.int16)), "skipping corrections changed nothing"
 
 
@@ -210,22 +211,17 @@ def test_a_config_not_compiled_in_raises_naming_it():
     w = _layer_weight("pooler", 4)
     L = S.prepare("pooler", w, path="plain")
     L.set_config(1, S.GemvConfig(nw=16, s=2, u=8, r=1, pipe=2, pf=0))
-    with pytest.raises(RuntimeError, match=r"unsupported gemv config C3\(NW=16, U=8, NB=1, R=1, DUAL=false, PIPE=2\)"):
+    with pytest.raises(RuntimeError, match=r"unsupported gemv C3\(NW, U, NB, R, DUAL, PIPE\) = \(16, 8, 1, 1, 0, 2\)"):
         S.kernel_fn(judge.fresh_x(1, w.shape[1], 1, DEV), L)
 
 
 def test_no_compiled_kernel_uses_local_memory():
-    import re
-    m = re.search(r"#define GEMV_CONFIGS\(C3\)(.*?)// ----", S.KERNEL_SRC, re.S)
-    for args in re.findall(r"C3\(([^)]*)\)", m.group(1)):
-        nw, u, nb, r, d, p = [a.strip() for a in args.split(",")]
-        a = S._EXT.gemv_attrs(int(nw), int(u), int(nb), int(r), d == "true", int(p))
-        assert a and a[1] == 0, (args, a)
-    m = re.search(r"#define GEMVZ_CONFIGS\(Z3\)(.*?)// ----", S.KERNEL_SRC, re.S)
-    for args in re.findall(r"Z3\(([^)]*)\)", m.group(1)):
-        nw, ug, nb, r, p = [int(a) for a in args.split(",")]
-        a = S._EXT.gemvz_attrs(nw, ug, nb, r, p)
-        assert a and a[1] == 0, (args, a)
+    import same_code
+    insts = same_code.table_insts(S.KERNEL_SRC)
+    assert len(insts) >= 30
+    for kind, t in insts:
+        a = S.shipped_extension().attrs(S.KINDS.index(kind), [int(v) for v in t])
+        assert a and a[1] == 0, (kind, t, a)
 
 
 @pytest.mark.parametrize("cl", (1, 2))

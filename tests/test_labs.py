@@ -293,22 +293,51 @@ def test_check_row_agrees_with_submission_fits():
                                 assert (comp is None) == (got == []), (name, m, zcfg, comp, got)
 
 
-def test_check_row_agrees_with_submission_fits_on_pipe6_both_paths():
-    # PIPE 6 rows (gemvt_kernel, gemvtz_kernel: u / ug = stages, r = 64-k groups a stage) in ctable and ztable
+def _lab0_config(cfg):
+    """A GemvtConfig's fields (a ctable row's config with st / ka) as lab0.check_row reads a gemvt_kernel row: the
+    encoding the ring kernel had before it got its own config type (pipe = 6, u = st stages, r = ka 64-k tiles)."""
+    c = dict(cfg)
+    return dict(nw=c["nw"], s=c["s"], u=c["st"], r=c["ka"], pipe=6, pf=0, pdl=c.get("pdl", 1), cl=c.get("cl", 0))
+
+
+def test_check_row_agrees_with_gemvt_fits():
+    # gemvt_kernel's rows (GemvtConfig: st ring stages, ka 64-k tiles a stage; ctable only): lab0's rules == gemvt_fits
     layers, _ = _tables()
-    seen = {True: 0, False: 0}
+    seen = 0
     for name, l in layers.items():
+        dual = l["dtype"] == "fp32"                     # the router: both refuse it (bf16 weights only)
         for m, nw, st, ka, s, cl in itertools.product((1, 16, 32), (4, 8, 12), (4, 8, 12), (1, 2), (1, 2, 3, 6), (0, 2)):
-            for comp in ((False, True) if l["dtype"] == "bf16" else (False,)):   # the router: plain only
-                cls = submission.GemvzConfig if comp else submission.GemvConfig
-                cfg = cls(nw, s, st, ka, 6, 0, 1, cl)
-                why = submission.config_fits(cfg, l["N"], l["K"], m, l["dtype"] == "fp32")
-                ukey = "ug" if comp else "u"
-                got = lab0.check_row("compressed" if comp else "plain", l, m,
-                                     dict(nw=nw, s=s, r=ka, pipe=6, cl=cl, **{ukey: st}))
-                assert (why is None) == (got == []), (name, m, cfg, why, got)
-                seen[comp] += why is None
-    assert seen[True] > 50 and seen[False] > 50, seen
+            cfg = submission.GemvtConfig(nw=nw, s=s, st=st, ka=ka, cl=cl)
+            why = submission.config_fits(cfg, l["N"], l["K"], m, dual)
+            assert why == submission.gemvt_fits(cfg, l["N"], l["K"], m, dual)
+            got = lab0.check_row("plain", l, m, _lab0_config(cfg._asdict()))
+            assert (why is None) == (got == []), (name, m, cfg, why, got)
+            seen += why is None
+    assert seen > 50, seen
+
+
+def test_gemvt_rows_are_ctable_rows_of_gemvt_config_fields_that_fit():
+    # ctable holds the plain winners: GemvConfig rows (pipe 0..5) and GemvtConfig rows (st / ka); ztable holds
+    # gemvz_kernel's rows only (no ring kernel on the compressed path any more)
+    layers, rows = _tables()
+    gemvt = 0
+    for kind, r in rows:
+        l, m = layers[r["layer"]], r["m"]
+        for c in [r["config"]] + [u["config"] for u in r.get("runner_up", [])]:
+            assert c.get("pipe", 0) in range(6), (kind, r["layer"], m, c)        # no pipe = 6 row anywhere
+            if kind == "compressed":
+                assert "st" not in c and "ka" not in c and "ug" in c, (r["layer"], m, c)
+                continue
+            if "st" not in c:
+                assert "ka" not in c and "u" in c, (r["layer"], m, c)
+                continue
+            assert set(c) == set(submission.GemvtConfig._fields), (r["layer"], m, c)
+            cfg = submission.GemvtConfig(**c)
+            assert submission.config_fits(cfg, l["N"], l["K"], m, l["dtype"] == "fp32") is None, (r["layer"], m, cfg)
+            assert lab0.check_row(kind, l, m, _lab0_config(c)) == [], (r["layer"], m, cfg)
+            assert submission.instance_of(cfg, m) == ("gemvt", (cfg.nw, cfg.st, lab0.nb_of(m), cfg.ka))
+            gemvt += c is r["config"]
+    assert gemvt >= 1                                   # at least one (layer, m) the ring kernel won
 
 
 def test_side_table_is_csr_with_rows_in_k_order():

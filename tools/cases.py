@@ -1,13 +1,26 @@
-"""The case spec the tools share (ab_define, ncu_case, spread, sweep_field, trace_chain): 'layer:m[:plain|compressed][:field=value...]',
-a scored layer at m, optionally forced onto one CUDA path, its tabled config with fields replaced. Fields that are not
-config fields: dbg sets the layer's debug switch (dbg=1: gemvz skips the corrections); wseed / xseed draw the weights
-/ x with another seed (judge.py's timing uses wseed=99, xseed=99+m); bal=G reorders the weight rows so that every
-group of G rows (a CTA's rows: 16 R) holds about as many out-of-window weights (a different matrix with the same
-values, for timing how the exceptions' spread over CTAs matters)."""
+"""The case and variant specs the tools share (ab, ncu_case, trace_chain).
+
+A case is 'layer:m[:plain|compressed][:field=value...]': a scored layer at m, optionally forced onto one CUDA path,
+its tabled config with fields replaced. Fields that are not config fields (CASE_FIELDS) change the data: wseed /
+xseed draw the weights / x with another seed (judge.py's timing uses wseed=99, xseed=99+m); bal=G reorders the weight
+rows so that every group of G rows (a CTA's rows: 16 R) holds about as many out-of-window weights (a different matrix
+with the same values, for timing how the exceptions' spread over CTAs matters).
+
+A variant is '' (the shipped source) or NAME[+NAME...]: macros that build_extension defines before the kernel
+source, a compile-time variant of the kernels. A tool builds each variant with only the instantiations its cases
+plan (build): seconds instead of the shipped build's minute.
+"""
+import collections
+import re
+
 import torch
 
 import judge
 import submission as S
+
+CASE_FIELDS = ("wseed", "xseed", "bal")
+# what a case plans at m, found on the CPU (planned): enough to compile its instantiation before any GPU work
+Planned = collections.namedtuple("Planned", "config N K m dual")
 
 
 def parse(spec):
@@ -25,27 +38,84 @@ def parse(spec):
         fields = {k: int(v) for k, v in (r.split("=", 1) for r in rest if "=" in r)}
     except ValueError:
         raise SystemExit(f"case {spec!r}: field values must be integers") from None
+    known = set(CASE_FIELDS).union(*(c._fields for c in (S.GemvConfig, S.GemvzConfig, S.GemvtConfig)))
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise SystemExit(f"case {spec!r}: unknown field(s) {unknown}; expected one of {', '.join(sorted(known))} "
+                         f"(config fields, or {', '.join(CASE_FIELDS)} for the data)")
     return name, m, path, fields
 
 
-def prepare(spec, copies=None, seed=7):
-    """The case's layer prepared `copies` times (None: SPEC's P copies, >= 2 GB of weights) on trained-looking
-    weights, with the fields replaced in every copy's plan for m. Returns (layers, m, x)."""
+def replaced(spec, cfg, fields):
+    """cfg with the case's config fields replaced; SystemExit when the plan's config lacks one of them."""
+    fields = {k: v for k, v in fields.items() if k not in CASE_FIELDS}
+    if not fields:
+        return cfg
+    missing = sorted(set(fields) - set(cfg._fields if cfg is not None else ()))
+    if missing:
+        raise SystemExit(f"case {spec!r}: the plan's config {cfg} has no field(s) {missing}")
+    return cfg._replace(**fields)
+
+
+def planned(spec):
+    """The config prepare plans for the case at m, found on the CPU the way prepare finds it (plan_for; a bf16
+    layer's trained-looking weights compress), with the case's fields replaced. Returns a Planned."""
     name, m, path, fields = parse(spec)
     d = judge.LAYERS[name]
     dual = d["dtype"] == "fp32"
-    wseed, xseed, bal = fields.pop("wseed", seed), fields.pop("xseed", 11 + m), fields.pop("bal", 0)
+    compressible = "fp32 weights take the DUAL plain path" if dual else True
+    cfg = S.plan_for(name, d["N"], d["K"], m, dual, compressible, path).config
+    return Planned(replaced(spec, cfg, fields), d["N"], d["K"], m, dual)
+
+
+def inst_of(cfg, m, dual):
+    """The (kind, template args) that build_extension(insts=) compiles for cfg at m; None for a config that runs
+    no CUDA kernel of ours (Triton, fallback)."""
+    nb = S.nb_of(m)
+    if isinstance(cfg, S.GemvtConfig):
+        return "gemvt", (cfg.nw, cfg.st, nb, cfg.ka)
+    if isinstance(cfg, S.GemvzConfig):
+        return "gemvz", (cfg.nw, cfg.ug, nb, cfg.r, cfg.pipe)
+    if isinstance(cfg, S.GemvConfig):
+        return "gemv", (cfg.nw, cfg.u, nb, cfg.r, dual, cfg.pipe)
+    return None
+
+
+def variant_defines(variant):
+    """'' -> (); 'MUSE_A+MUSE_B' -> ('MUSE_A', 'MUSE_B'). SystemExit for a name that is not a macro name or that the
+    kernel source never mentions (a misspelt variant would time the shipped code under another name)."""
+    names = tuple(n for n in variant.split("+") if n)
+    for n in names:
+        if not re.fullmatch(r"[A-Za-z_]\w*", n):
+            raise SystemExit(f"variant {variant!r}: {n!r} is not a macro name")
+        if not re.search(rf"\b{n}\b", S.KERNEL_SRC):
+            raise SystemExit(f"variant {variant!r}: the kernel source never mentions {n}")
+    return names
+
+
+def build(defines, plans):
+    """The extension of the kernel source with `defines`, holding the instantiations of the Planned configs only."""
+    insts = sorted({inst_of(p.config, p.m, p.dual) for p in plans} - {None})
+    return S.build_extension(defines=tuple(defines), insts=insts)
+
+
+def prepare(spec, copies=None, seed=7, ext=None):
+    """The case's layer prepared `copies` times (None: SPEC's P copies, >= 2 GB of weights) on trained-looking
+    weights, launching with ext (None: the shipped build), with the fields replaced in every copy's plan for m.
+    Returns (layers, m, x)."""
+    name, m, path, fields = parse(spec)
+    d = judge.LAYERS[name]
+    dual = d["dtype"] == "fp32"
+    wseed, xseed, bal = fields.get("wseed", seed), fields.get("xseed", 11 + m), fields.get("bal", 0)
     w = judge.trained_like(d["N"], d["K"], wseed, "cuda", torch.float32 if dual else torch.bfloat16)
     if bal:
         w = w[balanced_rows(w, bal)].contiguous()
     n = judge.copies_for(d["N"] * d["K"] * 2 * (2 if dual else 1)) if copies is None else copies
-    Ls = [S.prepare(name, w, path=path) for _ in range(n)]
-    dbg = fields.pop("dbg", None)                   # dbg=1: gemvz skips the corrections (wrong results: timing only)
-    for L in Ls:
-        if fields:
-            L.set_config(m, L.plan(m).config._replace(**fields))
-        if dbg is not None:
-            L.dbg = dbg
+    Ls = [S.prepare(name, w, path=path, ext=ext) for _ in range(n)]
+    cfg = replaced(spec, Ls[0].plan(m).config, fields)
+    if cfg != Ls[0].plan(m).config:
+        for L in Ls:
+            L.set_config(m, cfg)
     return Ls, m, judge.fresh_x(m, d["K"], xseed, "cuda")
 
 
@@ -66,35 +136,3 @@ def balanced_rows(w, group):
     perm = torch.empty_like(order)
     perm[slot] = order
     return perm
-
-
-def time_interleaved(Ls, x, spec, choices, apply, label, replays, tag, check=True):
-    """Each choice in two interleaved rounds: apply(choice) sets it up, the output of the first copy is checked
-    against the float64 reference with SPEC's tolerance (any choice may change the summation order), then the
-    P copies are timed as SPEC times them (check=False: no check, for choices that are wrong on purpose). Returns
-    {choice: [us round 1, us round 2]}; SystemExit on a wrong result, naming the case and the choice."""
-    ref = judge.reference(x, Ls[0].weight) if check else None
-    res = {c: [] for c in choices}
-    for _ in range(2):
-        for c in choices:
-            apply(c)
-            if check:
-                check_output(Ls, x, ref, f"{spec} {label(c)}", tag)
-            res[c].append(judge.per_call_us(S.kernel_fn, Ls, x, replays))
-    return res
-
-
-def check_output(Ls, x, ref, what, tag):
-    """The first copy's output against the float64 reference ref (None: computed here) with SPEC's tolerance;
-    SystemExit naming `what` on a wrong result."""
-    ref = judge.reference(x, Ls[0].weight) if ref is None else ref
-    try:
-        judge.check_close(S.kernel_fn(x, Ls[0]), ref, Ls[0].dual, what)
-    except judge.CheckFailed as e:
-        raise SystemExit(f"[{tag}] wrong result: {e}") from None
-
-
-def summary(res, label):
-    """'label: round1/round2  ...' and the choice with the lowest time of any round."""
-    cols = "  ".join(f"{label(c)}: {t[0]:.2f}/{t[1]:.2f}" for c, t in res.items())
-    return cols, min(res, key=lambda c: min(res[c]))

@@ -2,17 +2,24 @@
 # One device call: build (cold + warm import time), GPU tests, judge, tuning. Logs go to $OUT/run/ and leave
 # as one archive, $OUT/run.tgz (the device tool returns at most 8 files).
 # usage: tools/device.sh [stages...]   stages: build tests judge judgefull judgetriton tune tunetriton rebuild
-#        excost sanitize racemin ncu sweep trace ab spread sass probe tzprobe prebuild pytest (default: build tests judge); TUNE_ARGS, TTUNE_ARGS,
-#        NCU_CASES, NCU_METRICS (extra, comma-separated), SWEEP_ARGS, TRACE_CASES (may start with --define NAME), AB_VARIANTS (space-separated, '-' = shipped),
-#        AB_CASES, AB_ARGS (e.g. --no-check), SPREAD_ARGS (tools/spread.py), PROBE_ARGS, EXC_ARGS (tools/exception_cost.py), TZ_ARGS, TZ_VARIANTS (the tz_probe variants to build and time; default all), PYTEST_ARGS (default tests/test_tma.py), PYTEST_S and BUDGET
-#        (seconds) from the env; a failing pytest stage skips the stages after it. prebuild: the shipped, AB, traced (TRACE_CASES set), tune
-#        (TUNE_ARGS set), probe and tz_probe (their stages asked) extensions compiled in parallel
+#        sanitize racemin ncu trace ab sass probe prebuild pytest (default: build tests judge). tools/README.md says
+#        which tool each stage runs. From the env: TUNE_ARGS, TTUNE_ARGS, NCU_CASES, NCU_METRICS (extra,
+#        comma-separated), TRACE_CASES (may start with --define NAME), PROBE_ARGS, PYTEST_ARGS (default
+#        tests/test_tma.py), PYTEST_S and BUDGET (seconds); the ab stage (tools/ab.py): AB_VARIANTS (space-separated,
+#        '-' = shipped; e.g. '- MUSE_SKIP_CORRECTIONS', the exception cost), AB_FIELD (e.g. pf=0,1), AB_CASES (default
+#        router:1), AB_ARGS (e.g. --preps 3 --xallocs 3, the spread over placements). A failing pytest stage skips the
+#        stages after it. prebuild: the shipped extension, and those of the ab, trace, tune (TUNE_ARGS set) and probe
+#        stages asked, compiled in parallel (ab and trace build only the instantiations their cases need: seconds)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; R="$OUT/run"; mkdir -p "$R"
 stages=${*:-build tests judge}
 T0=$(date +%s)
 left() { echo $(( ${BUDGET:-570} - ($(date +%s) - T0) )); }
+asked() { [[ " $stages " == *" $1 "* ]]; }
+AB_CASES=${AB_CASES:-router:1}; TRACE_CASES=${TRACE_CASES:-router:1 pooler:1}
+av=(); for v in ${AB_VARIANTS:--}; do [ "$v" = - ] && v=""; av+=(--variant "$v"); done
+af=(${AB_FIELD:+--field "$AB_FIELD"})
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$R/build.log" 2>&1
 for st in $stages; do
   echo "=== $st ($(left) s left)"
@@ -42,8 +49,6 @@ for st in $stages; do
     tunetriton)
       python3 tune.py --backend triton --budget-s ${TTUNE_S:-$(( $(left) - 30 ))} ${TTUNE_ARGS:-} 2>&1 | tee "$R/tune_triton.log" | tail -40
       cp tables/ttable.json "$R/" ;;
-    excost)
-      PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/exception_cost.py ${EXC_ARGS:-} 2>&1 | tee "$R/excost.log" ;;
     ncu)
       PYTHONPATH=. timeout $(( $(left) - 10 )) ncu -k regex:gemv --cache-control all --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats \
@@ -51,36 +56,24 @@ for st in $stages; do
         python3 tools/ncu_case.py ${NCU_CASES:-pooler:1} > "$R/ncu.log" 2>&1; tail -5 "$R/ncu.log" ;;
     probe)
       PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/pdl_probe.py ${PROBE_ARGS:-} 2>&1 | tee "$R/probe.log" ;;
-    sweep)
-      PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/sweep_field.py ${SWEEP_ARGS:-} 2>&1 | tee "$R/sweep.log" ;;
     trace)
-      PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/trace_chain.py ${TRACE_CASES:-router:1 pooler:1} 2>&1 | tee "$R/trace.log" ;;
+      PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/trace_chain.py $TRACE_CASES 2>&1 | tee "$R/trace.log" ;;
     ab)
-      av=(); for v in ${AB_VARIANTS:--}; do [ "$v" = - ] && v=""; av+=(--variant "$v"); done
-      PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/ab_define.py ${AB_ARGS:-} "${av[@]}" ${AB_CASES:-router:1} 2>&1 | tee "$R/ab.log" ;;
-    spread)
-      PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/spread.py ${SPREAD_ARGS:-o_proj:16 o_proj:16:plain} 2>&1 | tee "$R/spread.log" ;;
+      PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/ab.py ${AB_ARGS:-} "${av[@]}" "${af[@]}" $AB_CASES 2>&1 | tee "$R/ab.log" ;;
     sass)
-      so=$(python3 -c "import submission as S, os; print(S._EXT.__file__)" 2>/dev/null | tail -1)
+      so=$(python3 -c "import submission as S; print(S.build_extension().__file__)" 2>/dev/null | tail -1)
       cuobjdump -sass "$so" > "$R/sass.txt" 2>&1; grep -c "Function" "$R/sass.txt"; gzip "$R/sass.txt" ;;
     prebuild)
       python3 -c "import submission" > "$R/prebuild.log" 2>&1 &
-      for v in ${AB_VARIANTS:-}; do  # one process per variant: the builds run in parallel
-        [ "$v" = - ] || PYTHONPATH=. python3 tools/ab_define.py --build-only --variant "$v" >> "$R/prebuild.log" 2>&1 &
-      done
-      td=(); set -- ${TRACE_CASES:-}; while [ "${1:-}" = --define ]; do td+=(--define "$2"); shift 2; done
-      [ -n "${TRACE_CASES:-}" ] && PYTHONPATH=. python3 tools/trace_chain.py --build-only "${td[@]}" >> "$R/prebuild.log" 2>&1 &
-      [ -n "${TUNE_ARGS:-}" ] && python3 tune.py --build-only ${TUNE_ARGS} >> "$R/prebuild.log" 2>&1 &
-      [[ " $stages " == *" probe "* ]] && PYTHONPATH=. python3 tools/pdl_probe.py --build-only >> "$R/prebuild.log" 2>&1 &
-      if [[ " $stages " == *" tzprobe "* ]]; then
-        for v in '' ${TZ_VARIANTS:-$(PYTHONPATH=. python3 -c "import sys; sys.path.insert(0, 'tools'); import tz_probe; print(' '.join(v for v in tz_probe.VARIANTS if v))")}; do
-          PYTHONPATH=. python3 tools/tz_probe.py --build-only --variant "$v" >> "$R/prebuild.log" 2>&1 &
+      if asked ab; then               # one process per variant: the builds run in parallel
+        for ((i = 1; i < ${#av[@]}; i += 2)); do
+          PYTHONPATH=. python3 tools/ab.py --build-only --variant "${av[i]}" "${af[@]}" $AB_CASES >> "$R/prebuild.log" 2>&1 &
         done
       fi
+      asked trace && PYTHONPATH=. python3 tools/trace_chain.py --build-only $TRACE_CASES >> "$R/prebuild.log" 2>&1 &
+      [ -n "${TUNE_ARGS:-}" ] && python3 tune.py --build-only ${TUNE_ARGS} >> "$R/prebuild.log" 2>&1 &
+      asked probe && PYTHONPATH=. python3 tools/pdl_probe.py --build-only >> "$R/prebuild.log" 2>&1 &
       wait; tail -8 "$R/prebuild.log" ;;
-    tzprobe)
-      tv=(); for v in ${TZ_VARIANTS:-}; do tv+=(--variant "$v"); done
-      PYTHONPATH=. timeout $(( $(left) - 10 )) python3 tools/tz_probe.py "${tv[@]}" ${TZ_ARGS:-} 2>&1 | tee "$R/tzprobe.log" ;;
     racemin)
       SANITIZE_MIN=${SANITIZE_MIN:-1} PYTHONPATH=. timeout ${RACE_S:-150} compute-sanitizer --tool racecheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/racemin.log"
       echo "racemin exit ${PIPESTATUS[0]}" | tee -a "$R/racemin.log" ;;

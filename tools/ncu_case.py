@@ -3,9 +3,10 @@ the plan with fields replaced, on trained-looking weights. Prints the cases in l
 profiled gemv launches in that order).
 
     ncu -k regex:gemv python3 tools/ncu_case.py pooler:1 pooler:1:pf=1 router:1 pooler:1:plain
-    ncu -k regex:gemv python3 tools/ncu_case.py --define MUSE_NO_LAND_Z pooler:1
+    ncu -k regex:gemv python3 tools/ncu_case.py --define MUSE_SKIP_CORRECTIONS pooler:1
 
---define NAME[+NAME...]: run the cases on that compile-time variant (tools/ab_define.py builds it).
+--define NAME[+NAME...]: run the cases on that compile-time variant, built with the cases' instantiations only
+(tools/cases.py; tools/ab.py times such variants).
 """
 import os
 import sys
@@ -19,13 +20,13 @@ import submission as S
 
 
 def main(specs):
+    ext = None                                  # the shipped build
     if specs[:1] == ["--define"]:
-        import ab_define
-        S._EXT = ab_define.build(specs[1])
-        specs = specs[2:]
+        defines, specs = cases.variant_defines(specs[1]), specs[2:]
+        ext = cases.build(defines, [cases.planned(s) for s in specs])
     todo = []
     for spec in specs:
-        Ls, m, x = cases.prepare(spec, copies=1)
+        Ls, m, x = cases.prepare(spec, copies=1, ext=ext)
         todo.append((spec, Ls[0], m, x))
     torch.cuda.synchronize()
     for i, (spec, L, m, x) in enumerate(todo):

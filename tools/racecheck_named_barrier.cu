@@ -1,4 +1,4 @@
-// Does compute-sanitizer's racecheck understand gemvz's go barrier? (session 14, NOTES.md)
+// Does compute-sanitizer's racecheck understand gemvz's go barrier? (session 14, FINDINGS.md)
 // gemvz at NB >= 2: the streaming warps `bar.arrive 1` after their first trip, the exception warp `bar.sync 1`, then
 // writes ecorr; everyone meets at __syncthreads (barrier 0) before ecorr is read. Racecheck reported hazards between
 // those writes and reads. This reduces the pattern to two warps:

@@ -4,9 +4,9 @@ compressed with exceptions through a cluster of 4 (cl=2), a chain where one laye
 under PDL. SANITIZE_CL=1 puts the cl=2 layers on cl=1 instead: compute-sanitizer's racecheck never finished the
 cl=2 case (killed after 8 minutes, 2026-11-30 session 5; synccheck passes it), so device.sh runs racecheck on cl=1.
 SANITIZE_MIN=1: only the smallest cl=2 case (device.sh stage racemin); SANITIZE_MIN=2: one cluster of two CTAs
-(SANITIZE_PDL=0: without PDL). SANITIZE_TMA=1: PIPE 6 (gemvt_kernel: the TMA
-ring's full / empty mbarriers) at m=32, uneven split-K through the ticket (S=3) feeding a layer split through a
-cluster (S=2, cl=1; cl=2 with SANITIZE_CL unset), the first layer twice in a row, all under PDL."""
+(SANITIZE_PDL=0: without PDL). SANITIZE_TMA=1: gemvt_kernel (GemvtConfig: the TMA ring's full / empty mbarriers)
+at m=32, uneven split-K through the ticket (S=3) feeding a layer split through a cluster (S=2, cl=1; cl=2 with
+SANITIZE_CL unset), the first layer twice in a row, all under PDL."""
 import os
 
 import torch
@@ -59,8 +59,8 @@ def full_case():
 def tma_case():
     T1 = S.prepare("tma_a", judge.trained_like(512, 1024, 7, dev), path="plain")
     T2 = S.prepare("tma_b", judge.trained_like(256, 512, 8, dev), path="plain")
-    T1.set_config(32, S.GemvConfig(nw=4, s=3, u=4, r=2, pipe=6, pf=0, cl=0))      # 8 steps over 3 CTAs: 2, 3, 3
-    T2.set_config(32, S.GemvConfig(nw=4, s=2, u=4, r=2, pipe=6, pf=0, cl=int(os.environ.get("SANITIZE_CL", "2"))))
+    T1.set_config(32, S.GemvtConfig(nw=4, s=3, st=4, ka=2, cl=0))      # 8 steps over 3 CTAs: 2, 3, 3
+    T2.set_config(32, S.GemvtConfig(nw=4, s=2, st=4, ka=2, cl=int(os.environ.get("SANITIZE_CL", "2"))))
     x = judge.fresh_x(32, 1024, 9, dev)
     y1 = S.kernel_fn(x, T1).clone()
     y2 = S.kernel_fn(y1, T2).clone()

@@ -3,7 +3,7 @@
 (triton/backends/nvidia/bin, CUDA 12.8's, which reads sm_90a cubins) disassembles them.
 
     python tools/sass.py gemvz:8,1,1,2,5                       # summary of the working tree's kernel
-    python tools/sass.py --rev d98fa46 --define MUSE_EXC_OLD gemvz:8,1,1,2,5 --out /tmp/k.sass
+    python tools/sass.py --rev d98fa46 --define MUSE_SKIP_CORRECTIONS gemvz:8,1,1,2,5 --out /tmp/k.sass
 
 For each kernel asked for: instructions, global loads (and how many are predicated rather than branched around),
 branches, barriers, and the position of every griddepcontrol.wait (ACQBULK). For gemvz_kernel also the exception
@@ -22,6 +22,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import types
 
 os.environ.setdefault("MUSE_BUILD", "0")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,10 +45,15 @@ def cuobjdump():
     return p
 
 
-def sass_of(kernel_src, insts):
-    """{kernel name: [SASS lines]} of kernel_src compiled with insts ((kind, args) as same_code's)."""
+def sass_of(kernel_src, insts, mod=None):
+    """{kernel name: [SASS lines]} of kernel_src (a version's kernel source, maybe with #define lines first) compiled
+    with exactly insts ((kind, args) as same_code's); mod: the version's submission module (default the working
+    tree's), whose layout says where the instantiation lines go."""
     with tempfile.TemporaryDirectory() as d:
-        cubin = same_code.build_cubin(kernel_src, insts, sub.NVCC_FLAGS, d, tag="sass")
+        mod = mod or sub
+        src = (mod.variant_source((), insts, kernel_src) if hasattr(mod, "variant_source") else
+               same_code.version_source(types.SimpleNamespace(KERNEL_SRC=kernel_src), insts))
+        cubin = same_code.build_cubin(src, sub.NVCC_FLAGS, d, tag="sass")
         r = subprocess.run([cuobjdump(), "-sass", cubin], capture_output=True, text=True)
         if r.returncode:
             raise SystemExit(f"[sass] cuobjdump failed:\n{r.stderr[-3000:]}")
@@ -64,12 +70,9 @@ def sass_of(kernel_src, insts):
 
 def kernel_matches(name, inst):
     """Does the mangled kernel name belong to instantiation inst? (gemv: NW, U, NB, R, DUAL, PIPE; gemvz: NW, UG,
-    NB, R, PIPE; PIPE 6 is gemvt_kernel / gemvtz_kernel with NW, ST, NB, KA)."""
-    kind, a = inst
-    if kind == "gemvz":
-        base, args = ("gemvtz_kernel", a[:4]) if a[4] == 6 else ("gemvz_kernel", a)
-    else:
-        base, args = ("gemvt_kernel", a[:4]) if a[5] == 6 else ("gemv_kernel", a)
+    NB, R, PIPE; gemvt: NW, ST, NB, KA)."""
+    kind, args = inst
+    base = {"gemv": "gemv_kernel", "gemvz": "gemvz_kernel", "gemvt": "gemvt_kernel"}[kind]
     tmpl = "".join("Lb1E" if v is True else "Lb0E" if v is False else f"Li{v}E" for v in args)
     return re.search(r"\d" + base + "I" + tmpl + "E", name) is not None
 
@@ -111,10 +114,10 @@ def main(argv=None):
     ap.add_argument("--alone", action="store_true", help="compile only the instantiations asked for")
     ap.add_argument("insts", nargs="+", type=same_code.parse_extra, help="kind:template args, e.g. gemvz:8,1,1,2,5")
     args = ap.parse_args(argv)
-    src = (same_code.load_version(args.rev) if args.rev else sub).KERNEL_SRC
-    src = "".join(f"#define {n}\n" for n in args.define) + src
+    mod = same_code.load_version(args.rev) if args.rev else sub
+    src = "".join(f"#define {n}\n" for n in args.define) + mod.KERNEL_SRC
     insts = list(args.insts) if args.alone else sorted(set(same_code.table_insts(src)) | set(args.insts), key=str)
-    code = sass_of(src, insts)
+    code = sass_of(src, insts, mod)
     kernels = {k: v for k, v in code.items() if any(kernel_matches(k, i) for i in args.insts)}
     if not kernels:
         raise SystemExit("[sass] no kernel compiled: check the instantiations")

@@ -1,14 +1,15 @@
 """Where the time of back-to-back calls goes: each CTA's thread 0 timestamps its start, the release of
 griddepcontrol.wait, its first weights and then its first x in registers, partials in shared memory, the CTA
 barrier, the split-K combine and its end, in a build of the kernels with MUSE_TRACE defined (the shipped build
-compiles the hooks to nothing: same PTX). Each CTA stores its slot (SLOT_U64 = 14 u64) into its own layer copy's
-workspace, which this tool grows for that. One replay of a graph of P back-to-back calls (P copies, as SPEC times
-them) is traced after three warm-up replays.
+compiles the hooks to nothing: same PTX) that holds the cases' instantiations only. Each CTA stores its slot
+(SLOT_U64 = 14 u64) into its own layer copy's workspace, which this tool grows for that. One replay of a graph of P
+back-to-back calls (P copies, as SPEC times them) is traced after three warm-up replays.
 
     python tools/trace_chain.py router:1 pooler:1 router:1:nw=8:u=4
-    python tools/trace_chain.py --define MUSE_NO_LAND_Z router:1     (a variant, as tools/ab_define.py)
-    python tools/trace_chain.py --build-only [--define NAME]          (fill the extension cache)
-    (cases: 'layer:m[:plain|compressed][:field=value...]', tools/cases.py; CUDA paths only)
+    python tools/trace_chain.py --define MUSE_SKIP_CORRECTIONS o_proj:16   (a variant, as tools/ab.py times them)
+    python tools/trace_chain.py --build-only [--define NAME] router:1      (fill the extension cache)
+    (cases: 'layer:m[:plain|compressed][:field=value...]', tools/cases.py; gemv_kernel and gemvz_kernel only:
+    gemvt_kernel has no trace hooks)
 
 Per case: the graph's time per call; then medians over the launches of: end of launch i-1 (its last CTA's last
 timestamp) to the first CTA of launch i passing the wait; from there to launch i's last CTA end; how long
@@ -29,14 +30,6 @@ import judge
 import submission as S
 
 
-def traced_source(defines=()):
-    return "".join(f"#define {n}\n" for n in ("MUSE_TRACE", *defines)) + S.KERNEL_SRC
-
-
-def build(defines=()):
-    return S.build_extension(traced_source(defines))
-
-
 def ctas_by_registers(regs, threads):
     """Resident CTAs per SM that the register file allows (65536 registers; a warp's registers are allocated in
     units of 256, i.e. per thread rounded up to a multiple of 8)."""
@@ -44,22 +37,19 @@ def ctas_by_registers(regs, threads):
     return 65536 // (per_warp * -(-threads // 32))
 
 
-def occupancy_note(shipped, traced, plan, m, dual):
-    """'' when the traced build holds as many CTAs per SM (by registers) as the shipped one, else a warning line:
+def occupancy_note(untraced, traced, plan, m, dual):
+    """'' when the traced build holds as many CTAs per SM (by registers) as the untraced one, else a warning line:
     MUSE_TRACE adds registers, and where that changes the occupancy the trace describes a different kernel
     (2026-12-01: unpooler's Z3(8,1,1,2,4) 92 -> 114 registers, 2 -> 1 CTAs per SM)."""
-    c = plan.config
-    if plan.path == "compressed":
-        args, threads = (c.nw, c.ug, S.nb_of(m), c.r, c.pipe), (c.nw + 1) * 32
-        a, b = shipped.gemvz_attrs(*args), traced.gemvz_attrs(*args)
-    else:
-        args, threads = (c.nw, c.u, S.nb_of(m), c.r, dual, c.pipe), c.nw * 32
-        a, b = shipped.gemv_attrs(*args), traced.gemv_attrs(*args)
+    kind, args = cases.inst_of(plan.config, m, dual)
+    threads = (plan.config.nw + (kind == "gemvz")) * 32           # gemvz: one more warp, the exception warp
+    t = [int(v) for v in args]                                     # DUAL as 0 / 1
+    a, b = untraced.attrs(S.KINDS.index(kind), t), traced.attrs(S.KINDS.index(kind), t)
     na, nb = ctas_by_registers(a[0], threads), ctas_by_registers(b[0], threads)
     if na == nb:
         return ""
-    return (f"  WARNING: registers shipped {a[0]} / traced {b[0]}: {na} / {nb} CTAs per SM by registers; this trace "
-            f"runs at a different occupancy than the shipped kernel")
+    return (f"  WARNING: registers untraced {a[0]} / traced {b[0]}: {na} / {nb} CTAs per SM by registers; this trace "
+            f"runs at a different occupancy than the untraced kernel")
 
 
 SLOT_U64 = 14   # one CTA's slot: MUSE_TRACE's muse_trace_flush writes 14 u64 (7 float4 of the workspace)
@@ -129,13 +119,14 @@ def analyse(launches):
     }
 
 
-def run_case(spec, shipped):
-    """Trace one case with the traced build in S._EXT; shipped (the shipped build) gives occupancy_note its
+def run_case(spec, traced, untraced):
+    """Trace one case with the traced build; untraced (the same build without MUSE_TRACE) gives occupancy_note its
     registers."""
-    Ls, m, x = cases.prepare(spec)
+    Ls, m, x = cases.prepare(spec, ext=traced)
     p = Ls[0].plan(m)
-    if p.path not in ("plain", "compressed"):
-        print(f"[trace] {spec}: {p.path} path has no trace hooks; skipped", flush=True)
+    inst = cases.inst_of(p.config, m, Ls[0].dual)
+    if inst is None or inst[0] not in ("gemv", "gemvz"):
+        print(f"[trace] {spec}: {p.path} {p.config} has no trace hooks; skipped", flush=True)
         return
     base, ctas = trace_region(Ls[0], m)
     for Lc in Ls:                                   # the traced build writes every CTA's slot after the split-K area
@@ -153,7 +144,7 @@ def run_case(spec, shipped):
     if missing:
         raise SystemExit(f"[trace] {spec}: {missing} CTA slots were not written")
     a = analyse(launches)
-    note = occupancy_note(shipped, S._EXT, p, m, Ls[0].dual)
+    note = occupancy_note(untraced, traced, p, m, Ls[0].dual)
     print(f"[trace] {spec}: {p.path} {p.config}; {a['launches']} launches x {a['ctas']:.0f} CTAs; "
           f"graph {us:.2f} us per call (traced build)", flush=True)
     print(f"  per launch (globaltimer, medians): end to end {a['period'] / 1e3:.2f} us = previous launch's last "
@@ -181,24 +172,27 @@ def run_case(spec, shipped):
 def main(argv):
     defines, build_only = [], False
     while argv and argv[0].startswith("--"):
-        if argv[0] == "--define" and len(argv) > 1 and argv[1].replace("_", "").isalnum():
-            defines.append(argv[1])
+        if argv[0] == "--define" and len(argv) > 1:
+            defines += cases.variant_defines(argv[1])
             argv = argv[2:]
         elif argv[0] == "--build-only":
             build_only, argv = True, argv[1:]
         else:
             raise SystemExit(f"[trace] cannot read {argv[0]!r}: expected --define NAME or --build-only, then cases")
+    if not argv:
+        raise SystemExit("[trace] expected cases after the options")
     if not torch.cuda.is_available():
         print("[trace] needs a CUDA device")
         return 1
-    S._EXT = build(defines)
+    plans = [cases.planned(s) for s in argv]
+    traced = cases.build(("MUSE_TRACE", *defines), plans)
+    untraced = cases.build(defines, plans)          # the same kernels' registers without the hooks (occupancy_note)
     if build_only:
         return 0
-    shipped = S.build_extension()                   # registers of the shipped build, for occupancy_note
     if defines:
         print(f"[trace] variant: {' '.join(defines)}", flush=True)
     for spec in argv:
-        run_case(spec, shipped)
+        run_case(spec, traced, untraced)
         torch.cuda.empty_cache()                    # the case's copies are gone with run_case's frame
     return 0
 

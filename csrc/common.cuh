@@ -1,0 +1,236 @@
+// common.cuh: the pieces gemv_kernel, gemvz_kernel and gemvt_kernel share: x loads, the warps' reduction, the
+// split-K combine (global ticket or thread-block cluster), the store, and the MUSE_TRACE hooks.
+// defines: land_before_wait, load_xbatch, sum_warps, splitk_combine, cluster_combine, cluster_start, store_tile,
+//          MIN_BLOCKS, MuseTrace / TR_* (MUSE_TRACE builds), combine_store
+#pragma once
+#include "args.h"
+#include "ptx.cuh"
+
+// The warp does not reach griddepcontrol.wait before every load of its first batch has landed: chk folds one
+// word of each load, and a branch on it cannot issue before they are all in registers (its body is harmless if it
+// ever runs). gemvz_kernel does this (tools/ab_define.py, 2026-11-30: pooler m=1 12.55 -> 12.43 us, o_proj m=1
+// 6.75 -> 6.67); gemv_kernel does not (the router went 2.95 -> 3.35 us with it). FINDINGS.md, "PDL".
+__device__ __forceinline__ void land_before_wait(uint32_t chk) {
+  if (chk == 0x7fc00123u) asm volatile("nanosleep.u32 1;");
+}
+
+// One batch of x fragments: for each of U trips' K blocks (KS k apart: 32 plain, 64 compressed) and token block
+// nb, 16 B at xr[nb] + (i + u) * KS + off.
+template <int U, int NB, int KS>
+__device__ __forceinline__ void load_xbatch(uint4 (&xv)[U][NB], const bf16* const (&xr)[NB], int i, int off = 0) {
+#pragma unroll
+  for (int u = 0; u < U; u++)
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) xv[u][nb] = ld_x(xr[nb] + (i + u) * KS + off);
+}
+
+// Sum the NW streaming warps' partials parked in red[NW][P] (after the barrier): thread tid < NT takes
+// positions p = tid + j * NT, in the fixed warp order 0..NW-1.
+template <int NW, int P, int NT, int J>
+__device__ __forceinline__ void sum_warps(float4 (&res)[J], const float4 (&red)[NW][P]) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int j = 0; j < J; j++) {
+    const int p = tid + j * NT;
+    res[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (tid < NT && p < P) {
+#pragma unroll
+      for (int wi = 0; wi < NW; wi++) {
+        const float4 v = red[wi][p];
+        res[j].x += v.x; res[j].y += v.y; res[j].z += v.z; res[j].w += v.w;
+      }
+    }
+  }
+}
+
+// The CTA's C fragments after the warp reduction: P = R * NB * 32 positions p = (r * NB + nb) * 32 + lane
+// (row block r of the group, token block nb, fragment lane); thread tid < NT holds p = tid + j * NT.
+// Split-K across the S CTAs of a row group, inside one launch: every CTA parks its partials in ws and
+// takes a ticket; the last one sums the S partials in the fixed order s = 0..S-1 (so the result does
+// not depend on which CTA finished last) and resets the ticket for the next call / graph replay.
+// Returns true in the CTA that must store. All threads of the CTA call it. Lab: labs/lab5_splitk.py.
+template <int J, int P, int NT>
+__device__ __forceinline__ bool splitk_combine(float4 (&res)[J], float4* __restrict__ ws, int* __restrict__ sem,
+                                               int rg, int sidx, int S) {
+  __shared__ int s_last;
+  if (S == 1) return true;
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int j = 0; j < J; j++) {
+    const int p = tid + j * NT;
+    if (tid < NT && p < P) ws[((size_t)rg * S + sidx) * P + p] = res[j];
+  }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) s_last = (atomicAdd(&sem[rg], 1) == S - 1);
+  __syncthreads();
+  if (!s_last) return false;
+  __threadfence();
+#pragma unroll
+  for (int j = 0; j < J; j++) {
+    const int p = tid + j * NT;
+    if (tid < NT && p < P) {
+      float4 r = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int s = 0; s < S; s++) {
+        const float4 v = __ldcg(ws + ((size_t)rg * S + s) * P + p);
+        r.x += v.x; r.y += v.y; r.z += v.z; r.w += v.w;
+      }
+      res[j] = r;
+    }
+  }
+  if (tid == 0) sem[rg] = 0;
+  return true;
+}
+
+// The same reduction inside a cluster of the S CTAs (cl = 1; grid y = S = cluster size, rank = sidx): CTA
+// rank s > 0 stores its partials into slot s - 1 of the leader's (rank 0) cbuf[S - 1][P] in distributed shared
+// memory; one release/acquire barrier; the leader sums its own partial and slots 0..S-2 in the order
+// s = 0..S-1 (the ticket path's order: both give the same bits). No global traffic, no fence, no ticket.
+// Every thread arrived on the cluster barrier once at kernel start (so all CTAs have started before a
+// remote store). Returns true in the leader. All threads of the CTA call it.
+// cl = 2 (mbarrier): the other CTAs send with st.async, counted in bytes on the leader's mbarrier (cluster_mbar,
+// armed at kernel start for (S - 1) P 16 bytes); they leave at once, and only the leader waits, for the bytes
+// alone: no second cluster barrier. Same order of the sum, same bits.
+template <int J, int P, int NT>
+__device__ __forceinline__ bool cluster_combine(float4 (&res)[J], float4* cbuf, int S, int cl) {
+  const int tid = threadIdx.x;
+  const uint32_t rank = cluster_rank();
+  if (cl == 2) {
+    if (rank != 0) {
+      cluster_wait_acquire();                  // the leader runs and its mbarrier is armed
+      const uint32_t base = map_shared(cbuf + (rank - 1) * P, 0), rbar = map_shared(cluster_mbar(), 0);
+#pragma unroll
+      for (int j = 0; j < J; j++) {
+        const int p = tid + j * NT;
+        if (tid < NT && p < P) st_async(base + 16u * p, res[j], rbar);
+      }
+      return false;
+    }
+    mbar_wait0(cluster_mbar());
+  } else {
+    cluster_wait_acquire();                    // phase 1: every CTA of the cluster is running
+    if (rank != 0) {
+      const uint32_t base = map_shared(cbuf + (rank - 1) * P, 0);
+#pragma unroll
+      for (int j = 0; j < J; j++) {
+        const int p = tid + j * NT;
+        if (tid < NT && p < P) st_cluster(base + 16u * p, res[j]);
+      }
+    }
+    cluster_arrive_release();                  // phase 2: the stores above reach the leader before its wait
+    if (rank != 0) return false;
+    cluster_wait_acquire();
+  }
+#pragma unroll
+  for (int j = 0; j < J; j++) {
+    const int p = tid + j * NT;
+    if (tid < NT && p < P) {
+      float4 r = res[j];
+      for (int s = 1; s < S; s++) {
+        const float4 v = cbuf[(s - 1) * P + p];
+        r.x += v.x; r.y += v.y; r.z += v.z; r.w += v.w;
+      }
+      res[j] = r;
+    }
+  }
+  return true;
+}
+
+// Kernel start with cl: (cl = 2) the leader arms its mbarrier for the other CTAs' (S - 1) P float4, then every
+// thread arrives once on the cluster barrier (cluster_combine waits on it before any remote store).
+template <int P>
+__device__ __forceinline__ void cluster_start(int cl, int S) {
+  if (!cl) return;
+  if (cl == 2 && threadIdx.x == 0 && cluster_rank() == 0) mbar_init_expect(cluster_mbar(), (uint32_t)(S - 1) * P * 16u);
+  cluster_arrive_relaxed();
+}
+
+// Position p = (r * NB + nb) * 32 + lane of row group rg: value q of the C fragment is
+// (row 16 (rg R + r) + g + 8 (q >> 1), token 8 nb + 2t + (q & 1)). Tokens past M were clamped: never stored.
+template <bool F32OUT, int NB, int R>
+__device__ __forceinline__ void store_tile(void* __restrict__ out, float4 v, int p, int rg, int M, int N) {
+  const int lane = p & 31, nb = (p >> 5) % NB, r = (p >> 5) / NB, g = lane >> 2, t = lane & 3;
+  const float rr[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int q = 0; q < 4; q++) {
+    const int tok = nb * 8 + 2 * t + (q & 1);
+    const int row = (rg * R + r) * 16 + g + ((q >> 1) << 3);
+    if (tok < M) {
+      if (F32OUT) ((float*)out)[(size_t)tok * N + row] = rr[q];
+      else ((bf16*)out)[(size_t)tok * N + row] = __float2bfloat16_rn(rr[q]);
+    }
+  }
+}
+
+#define MIN_BLOCKS(PIPE) ((PIPE) == 2 || (PIPE) == 5 ? 2 : (PIPE) == 3 ? 1 : 0)
+
+// ---- MUSE_TRACE (tools/trace_chain.py only; the shipped build never defines it) ------------------
+// Thread 0 of every CTA records when it starts, passes pdl_wait, has its first batch of weights and then its first x
+// in registers, has its partials in shared memory, passes the CTA barrier, is through the split-K combine, and is
+// done (%globaltimer at 3 points, clock64 at all 8), with the CTA's coordinates, its SM and whether it stored, and
+// (gemvz) when its exception warp reached the CTA barrier (clock64; 0 elsewhere). The slot (14 u64) is the CTA's
+// own, in the layer's workspace after the split-K area any config of the layer may use (N/16 x S x 128 float4):
+// plain stores at the CTA's end, no atomics. trace_chain.py grows every copy's workspace to hold the slots of all
+// its CTAs.
+#ifdef MUSE_TRACE
+struct MuseTrace { unsigned long long g[3], c[8], e = 0; };  // e: gemvz's exception warp at the CTA barrier
+__device__ __forceinline__ unsigned long long muse_gtimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+// clock64 once v is in its register: the read is predicated on a compare of v, so it cannot issue before v lands.
+__device__ __forceinline__ unsigned long long muse_after(uint32_t v) {
+  unsigned long long t = 0;
+  asm volatile("{\n .reg .pred q;\n setp.ne.u32 q, %1, 0x7fc00123;\n @q mov.u64 %0, %%clock64;\n"
+               " @!q mov.u64 %0, %%clock64;\n}" : "+l"(t) : "r"(v) : "memory");
+  return t;
+}
+__device__ __forceinline__ void muse_trace_flush(const MuseTrace& tr, float4* ws, int N, int S, bool stored) {
+  unsigned sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  unsigned long long* o = reinterpret_cast<unsigned long long*>(ws + (size_t)(N / 16) * S * 128) +
+                          ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 14;
+  for (int i = 0; i < 3; i++) o[i] = tr.g[i];
+  for (int i = 0; i < 8; i++) o[3 + i] = tr.c[i];
+  o[11] = blockIdx.x | ((unsigned long long)blockIdx.y << 16) | ((unsigned long long)sm << 32) |
+          ((unsigned long long)stored << 48);
+  o[12] = tr.e;
+  o[13] = 0;
+}
+#define TR_G(i) if (threadIdx.x == 0) tr_.g[i] = muse_gtimer();
+#define TR_C(i) if (threadIdx.x == 0) tr_.c[i] = clock64();
+#define TR_ARRIVED(first, wv, xv) \
+  if ((first) && threadIdx.x == 0) { tr_.c[6] = muse_after(wv); tr_.c[7] = muse_after(xv); }
+#define TR_FLUSH(stored) if (threadIdx.x == 0) muse_trace_flush(tr_, ws, N, S, stored);
+// gemvz: the exception warp's lane 0 notes when it reaches the CTA barrier; thread 0 reads it after the barrier
+#define TR_EXC_DECL __shared__ unsigned long long tr_exc_;
+#define TR_EXC_END if (lane == 0) tr_exc_ = clock64();
+#define TR_EXC_READ if (threadIdx.x == 0) tr_.e = tr_exc_;
+#else
+struct MuseTrace {};  // nothing recorded: an empty argument the compiler drops
+#define TR_G(i)
+#define TR_C(i)
+#define TR_ARRIVED(first, wv, xv)
+#define TR_FLUSH(stored)
+#define TR_EXC_DECL
+#define TR_EXC_END
+#define TR_EXC_READ
+#endif
+
+// The end of both GEMVs: the split-K combine (cluster or ticket), then the CTA that holds the sums stores them.
+// EXC: the CTA has an exception warp, whose threads (tid >= NT) hold no position. All threads call it.
+template <bool F32OUT, bool EXC, int NB, int R, int J, int P, int NT>
+__device__ __forceinline__ void combine_store(float4 (&res)[J], MuseTrace& tr_, void* __restrict__ out, float4* cbuf,
+                                              float4* __restrict__ ws, int* __restrict__ sem, int rg, int sidx,
+                                              int S, int cl, int M, int N) {
+  const int tid = threadIdx.x;
+  const bool store = cl ? cluster_combine<J, P, NT>(res, cbuf, S, cl) : splitk_combine<J, P, NT>(res, ws, sem, rg, sidx, S);
+  TR_C(4)
+  if (store) {
+#pragma unroll
+    for (int j = 0; j < J; j++)
+      if ((!EXC || tid < NT) && tid + j * NT < P) store_tile<F32OUT, NB, R>(out, res[j], tid + j * NT, rg, M, N);
+  }
+  TR_G(2) TR_C(5) TR_FLUSH(store)
+}

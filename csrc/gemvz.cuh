@@ -1,0 +1,350 @@
+// gemvz.cuh: the lossless 12-bit format on the GPU: decz (one fragment), the stream's loader, gemvz_kernel with its
+// exception warp, and unpackz_kernel (prepare's decode check).
+#pragma once
+#include "common.cuh"
+
+#ifdef MUSE_SKIP_CORRECTIONS
+constexpr bool kSkipCorrections = true;   // a timing-only build: gemvz's exception warp adds nothing (wrong results)
+#else
+constexpr bool kSkipCorrections = false;
+#endif
+
+// ---- the 12-bit format ----------------------------------------------------------------------------
+// decz: one m16n8k16 A fragment (8 bf16, element j = 0..7 in mma16816's register order) from
+//   lo0, lo1: verbatim low bytes of j0..j3 and j4..j7 (exponent bit 0 + 7 mantissa bits), byte i = j_i
+//   c:        8 code nibbles: bits 4j..4j+2 = window index of j's high exponent bits (bf16 bits 14..8);
+//             the nibble top bits carry the signs, placed so one mask lands them on bit 7 of each
+//             high byte: bits 7, 15, 23, 31 = signs of j0..j3; bits 3, 11, 19, 27 = signs of j4..j7
+//   TL, TH:   the window, 8 bytes of bf16 bits 14..8 (sign clear), entries 0..3 in TL, 4..7 in TH
+// 13 integer instructions per 8 weights, no branches. Lab: labs/lab3_compress.py, decz().
+__device__ __forceinline__ uint4 decz(uint32_t lo0, uint32_t lo1, uint32_t c, uint32_t TL, uint32_t TH) {
+  const uint32_t h0 = lop3_or_and(prmt(TL, TH, c & 0x7777u), c, 0x80808080u);
+  const uint32_t h1 = lop3_or_and(prmt(TL, TH, (c >> 16) & 0x7777u), c << 4, 0x80808080u);
+  uint4 f;
+  f.x = prmt(lo0, h0, 0x5140u);  // {lo j0, hi j0, lo j1, hi j1}
+  f.y = prmt(lo0, h0, 0x7362u);  // {lo j2, hi j2, lo j3, hi j3}
+  f.z = prmt(lo1, h1, 0x5140u);
+  f.w = prmt(lo1, h1, 0x7362u);
+  return f;
+}
+
+// One batch of UG 64-wide groups of the 12-bit format for each of R row blocks: units A0, A1, B at
+// +0, +32, +64 (512 B per warp load each).
+template <int UG, int R>
+__device__ __forceinline__ void load_zbatch(uint4 (&z)[UG][R][3], const uint4* wp, size_t rstride, int i) {
+#pragma unroll
+  for (int u = 0; u < UG; u++)
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const uint4* p = wp + r * rstride + (size_t)(i + u) * 96;
+      z[u][r][0] = ld_stream(p);
+      z[u][r][1] = ld_stream(p + 32);
+      z[u][r][2] = ld_stream(p + 64);
+    }
+}
+
+// One 64-wide group of one row block: decode its 4 fragments from the A0, A1, B units and run them
+// against the token blocks' x (xa: k 0..31 of the group, xb: k 32..63), 4 NB mma.
+template <int NB>
+__device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)[3], const uint4 (&xa)[NB],
+                                           const uint4 (&xb)[NB], uint32_t TL, uint32_t TH) {
+  const uint4 f0 = decz(z[0].x, z[0].y, z[2].x, TL, TH);
+  const uint4 f1 = decz(z[0].z, z[0].w, z[2].y, TL, TH);
+  const uint4 f2 = decz(z[1].x, z[1].y, z[2].z, TL, TH);
+  const uint4 f3 = decz(z[1].z, z[1].w, z[2].w, TL, TH);
+#pragma unroll
+  for (int nb = 0; nb < NB; nb++) {
+    mma16816(acc[nb], f0, xa[nb].x, xa[nb].y);
+    mma16816(acc[nb], f1, xa[nb].z, xa[nb].w);
+    mma16816(acc[nb], f2, xb[nb].x, xb[nb].y);
+    mma16816(acc[nb], f3, xb[nb].z, xb[nb].w);
+  }
+}
+
+// ---- gemvz_kernel: the compressed GEMV with its exception warp ------------------------------------
+// Contract: x as gemv_kernel; w = pack_z's stream: [N/16][K/64][A0 32 units | A1 32 units | B 32 units]
+// of 16 B; the side table in CSR: row r's exceptions are esc[eptr[r] .. eptr[r+1]) = int2 {k, fp32 bits of
+// the correction}, k ascending; out bf16 [M, N]. Requires N % (16R) == 0, K/64 % (S*NW*UG) == 0.
+//
+//   warps 0..NW-1 stream: per 64-wide group and row block, a lane loads A0, A1, B (48 B) and decodes 4
+//     fragments: f0 = decz(A0.x, A0.y, B.x), f1 = (A0.z, A0.w, B.y) -> K block 2G, steps 0/1; f2, f3 from
+//     A1 -> block 2G+1. Grid, R, PIPE and pf as gemv_kernel.
+//   warp NW (the exception warp): lane -> row r = lane & 15 of each of the R blocks, tokens p, p+2, ...
+//     (p = lane >> 4); adds correction x x[token][k] for its rows' exceptions in [klo, khi), in k order,
+//     into smem ecorr; one barrier; the corrections are added after the warps' reduction, before split-K.
+//     The side table is constant after prepare: its row offsets are read, and its first lines prefetched to
+//     L1, before pdl_wait. A row's list is walked in chunks of EC entries: the chunk's entries, then all their
+//     x values, are loaded before its first FMA (one chain of two loads per chunk, not per entry). R >= 2: the
+//     first chunks of all R blocks are loaded at once, every load predicated in the PTX (no branch around it;
+//     o_proj m=8 7.1 -> 6.7 us, FINDINGS.md, session 13); R = 1: a block at a time (the predicated form ties or loses).
+//     NB >= 2: the walk starts once every streaming warp is through its first trip (named barrier 1: they arrive,
+//     it syncs), away from their first x misses: o_proj m=16 -0.1 us (FINDINGS.md, session 14); at NB = 1 it starts at
+//     the wait (the late start lost up to 0.35 us there). The walk is never the CTA's last warp at the barrier; what it
+//     costs (0.2-0.5 us at m=16) is its L2 requests slowing the stream (session 14's trace and timing-only variants).
+// An out-of-window weight decodes to a fixed in-window value v (+0 when the window holds zero);
+// prepare verified fl32(v + correction) == W for every one of them. A build with MUSE_SKIP_CORRECTIONS defined skips
+// the corrections (wrong results: tools/ab.py times what they cost; a GPU test checks that they matter).
+// Lab: labs/lab3_compress.py (format, decz, the kernel in miniature).
+template <int NW, int UG, int NB, int R, int PIPE>
+__global__ void __launch_bounds__((NW + 1) * 32, MIN_BLOCKS(PIPE))
+gemvz_kernel(const GemvArgs args) {
+  static_assert(PIPE >= 0 && PIPE <= 5, "PIPE is 0..5");
+  const bf16* __restrict__ x = static_cast<const bf16*>(args.x);
+  const uint4* __restrict__ w = static_cast<const uint4*>(args.w);
+  const int* __restrict__ eptr = static_cast<const int*>(args.eptr);
+  const int2* __restrict__ esc = static_cast<const int2*>(args.esc);
+  bf16* __restrict__ out = static_cast<bf16*>(args.out);
+  float4* __restrict__ ws = static_cast<float4*>(args.ws);
+  int* __restrict__ sem = static_cast<int*>(args.sem);
+  const int M = args.M, N = args.N, K = args.K, S = args.S, pf = args.pf, cl = args.cl;
+  const uint32_t TL = args.TL, TH = args.TH;
+  constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
+  constexpr int EC = NB == 4 ? 2 : 4;  // exception chunk: EC entries x NB*4 tokens of x in flight per lane
+  constexpr bool LATE = NB >= 2;  // the walk starts once every streaming warp is through its first trip
+  constexpr bool PWALK = R >= 2;  // the exception warp's walk: predicated first chunks of all row blocks at once
+  extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
+  MuseTrace tr_;  // MUSE_TRACE: thread 0's timestamps
+  TR_G(0) TR_C(0)
+  pdl_trigger();
+  cluster_start<P>(cl, S);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int rg = blockIdx.x, sidx = blockIdx.y;
+  const int KG = K / 64, KGS = KG / S, KGW = KGS / NW;
+  __shared__ float4 red[NW][P];
+  __shared__ float ecorr[R * 16][NB * 8 + 1];  // +1: the 16 rows of a block land in 16 different banks
+  TR_EXC_DECL
+
+  if (warp == NW) {
+    const int rl = lane & 15, p = lane >> 4;
+    const int klo = sidx * KGS * 64, khi = klo + KGS * 64;
+    int beg[R], end[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const int row = (rg * R + r) * 16 + rl;
+      beg[r] = __ldg(eptr + row);
+      end[r] = __ldg(eptr + row + 1);
+      if (!kSkipCorrections && beg[r] < end[r])
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(esc + beg[r]));
+    }
+    pdl_wait();
+    if constexpr (LATE) named_bar_sync1((NW + 1) * 32);
+    // a chunk's corrections into ea, entries in k order (entries outside [klo, khi) add nothing)
+    auto fma_chunk = [&](float (&ea)[NB * 4], const int2 (&e)[EC], const float (&xv)[EC][NB * 4]) {
+#pragma unroll
+      for (int c = 0; c < EC; c++)
+        if (e[c].x >= klo && e[c].x < khi) {
+          const float d = __int_as_float(e[c].y);
+#pragma unroll
+          for (int q = 0; q < NB * 4; q++) ea[q] += d * xv[c][q];  // tok >= M: never stored
+        }
+    };
+    if constexpr (PWALK) {
+      // R >= 2 (session 13, FINDINGS.md): the first chunk of every row block at once after the wait, with every load
+      // predicated in the PTX itself (rewrites that came out with branches around their x loads lost in session 12).
+      // Same entries, same order, same FMAs as the walk below.
+      auto load_chunk = [&](int2 (&e)[EC], float (&xv)[EC][NB * 4], int j, int end) {
+#pragma unroll
+        for (int c = 0; c < EC; c++) e[c] = ld_esc_if(esc + j + c, j + c < end, make_int2(khi, 0));
+#pragma unroll
+        for (int c = 0; c < EC; c++)
+#pragma unroll
+          for (int q = 0; q < NB * 4; q++) {
+            const int tok = p + 2 * q;
+            xv[c][q] = ld_x1_if(x + (size_t)tok * K + e[c].x, e[c].x >= klo && e[c].x < khi && tok < M);
+          }
+      };
+      int2 e0[R][EC];
+      float xv0[R][EC][NB * 4];
+#pragma unroll
+      for (int r = 0; r < R; r++) load_chunk(e0[r], xv0[r], beg[r], kSkipCorrections ? beg[r] : end[r]);
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        float ea[NB * 4];
+#pragma unroll
+        for (int q = 0; q < NB * 4; q++) ea[q] = 0.f;
+        fma_chunk(ea, e0[r], xv0[r]);
+        if (e0[r][EC - 1].x < khi) {  // the row may go on in this CTA's slice: the rest, a chunk at a time
+          for (int j = beg[r] + EC; j < end[r]; j += EC) {
+            int2 e[EC];
+            float xv[EC][NB * 4];
+            load_chunk(e, xv, j, end[r]);
+            fma_chunk(ea, e, xv);
+            if (e[EC - 1].x >= khi) break;  // k ascending: the rest of the row is past this CTA's slice
+          }
+        }
+#pragma unroll
+        for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
+      }
+    } else {  // R = 1: a row block at a time, a chunk at a time
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        float ea[NB * 4];
+#pragma unroll
+        for (int q = 0; q < NB * 4; q++) ea[q] = 0.f;
+        if (!kSkipCorrections) {
+          for (int j = beg[r]; j < end[r]; j += EC) {
+            int2 e[EC];
+            bool use[EC];
+#pragma unroll
+            for (int c = 0; c < EC; c++) {
+              e[c] = j + c < end[r] ? __ldg(esc + j + c) : make_int2(khi, 0);
+              use[c] = e[c].x >= klo && e[c].x < khi;
+            }
+            float xv[EC][NB * 4];
+#pragma unroll
+            for (int c = 0; c < EC; c++)
+#pragma unroll
+              for (int q = 0; q < NB * 4; q++) {
+                const int tok = p + 2 * q;
+                xv[c][q] = use[c] && tok < M ? __bfloat162float(x[(size_t)tok * K + e[c].x]) : 0.f;
+              }
+            fma_chunk(ea, e, xv);
+            if (e[EC - 1].x >= khi) break;  // k ascending: the rest of the row is past this CTA's slice
+          }
+        }
+#pragma unroll
+        for (int q = 0; q < NB * 4; q++) ecorr[r * 16 + rl][p + 2 * q] = ea[q];
+      }
+    }
+    TR_EXC_END
+  } else {
+    const int g0 = sidx * KGS + warp * KGW;
+    const size_t rstride = (size_t)KG * 96;
+    const uint4* wp = w + ((size_t)rg * R * KG + g0) * 96 + lane;
+    if (pf && lane == 0) {
+#pragma unroll
+      for (int r = 0; r < R; r++) prefetch_l2(wp + r * rstride, (uint32_t)KGW * 1536u);
+    }
+    uint4 z[UG][R][3];
+    load_zbatch<UG, R>(z, wp, rstride, 0);
+    {
+      uint32_t chk = 0;
+#pragma unroll
+      for (int u = 0; u < UG; u++)
+#pragma unroll
+        for (int r = 0; r < R; r++) chk ^= z[u][r][0].x ^ z[u][r][1].x ^ z[u][r][2].x;
+      land_before_wait(chk);
+    }
+    pdl_wait();
+    TR_G(1) TR_C(1)
+
+    const bf16* xr[NB];
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) xr[nb] = x + (size_t)min(nb * 8 + g, M - 1) * K + g0 * 64 + t * 8;
+    float acc[R][NB][4];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int nb = 0; nb < NB; nb++) acc[r][nb][0] = acc[r][nb][1] = acc[r][nb][2] = acc[r][nb][3] = 0.f;
+    // LATE: every streaming thread arrives on named barrier 1 once, after its first trip's MMAs (its x is in). The
+    // arrival waits for the warp's loads in flight (bar.arrive orders them), and the walk's burst needs that pause:
+    // a relaxed shared counter as the signal lost 0.7 us, other placements 0.08 (FINDINGS.md, session 15).
+    auto let_exception_warp_go = [&](int i) {
+      if constexpr (LATE)
+        if (i == 0) named_bar_arrive1((NW + 1) * 32);
+    };
+
+    if constexpr (PIPE == 0 || PIPE == 3) {
+      for (int i = 0; i < KGW; i += UG) {
+        if (i > 0) load_zbatch<UG, R>(z, wp, rstride, i);
+#pragma unroll
+        for (int u = 0; u < UG; u++) {
+          uint4 xa[NB], xb[NB];
+#pragma unroll
+          for (int nb = 0; nb < NB; nb++) {
+            xa[nb] = ld_x(xr[nb] + (i + u) * 64);
+            xb[nb] = ld_x(xr[nb] + (i + u) * 64 + 32);
+          }
+          TR_ARRIVED(i == 0 && u == 0, z[0][0][0].x, xa[0].x)
+#pragma unroll
+          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, TL, TH);
+        }
+        let_exception_warp_go(i);
+      }
+    } else {
+      constexpr bool XAHEAD = PIPE >= 4;
+      // x of trip i's groups: xa = k 0..31, xb = k 32..63 of each
+      auto load_x = [&](uint4 (&xa_)[UG][NB], uint4 (&xb_)[UG][NB], int i) {
+        load_xbatch<UG, NB, 64>(xa_, xr, i);
+        load_xbatch<UG, NB, 64>(xb_, xr, i, 32);
+      };
+      uint4 xa[UG][NB], xb[UG][NB];
+      if constexpr (XAHEAD) load_x(xa, xb, 0);
+      for (int i = 0; i < KGW; i += UG) {
+        if constexpr (!XAHEAD) load_x(xa, xb, i);
+        uint4 nz[UG][R][3], nxa[UG][NB], nxb[UG][NB];
+        if (i + UG < KGW) {
+          load_zbatch<UG, R>(nz, wp, rstride, i + UG);
+          if constexpr (XAHEAD) load_x(nxa, nxb, i + UG);
+        }
+        TR_ARRIVED(i == 0, z[0][0][0].x, xa[0][0].x)
+#pragma unroll
+        for (int u = 0; u < UG; u++)
+#pragma unroll
+          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], TL, TH);
+        let_exception_warp_go(i);
+#pragma unroll
+        for (int u = 0; u < UG; u++)
+#pragma unroll
+          for (int r = 0; r < R; r++) { z[u][r][0] = nz[u][r][0]; z[u][r][1] = nz[u][r][1]; z[u][r][2] = nz[u][r][2]; }
+        if constexpr (XAHEAD) {
+#pragma unroll
+          for (int u = 0; u < UG; u++)
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++) { xa[u][nb] = nxa[u][nb]; xb[u][nb] = nxb[u][nb]; }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int nb = 0; nb < NB; nb++)
+        red[warp][(r * NB + nb) * 32 + lane] = make_float4(acc[r][nb][0], acc[r][nb][1], acc[r][nb][2], acc[r][nb][3]);
+    TR_C(2)
+  }
+  __syncthreads();  // red and ecorr are both complete after this one barrier
+  TR_C(3)
+  TR_EXC_READ
+
+  float4 res[J];  // threads of the exception warp (tid >= NT) hold no position
+  sum_warps<NW, P, NT, J>(res, red);
+#pragma unroll
+  for (int j = 0; j < J; j++) {
+    const int p = tid + j * NT;
+    if (tid < NT && p < P) {
+      const int pl = p & 31, nbo = (p >> 5) % NB, r = (p >> 5) / NB, pg = pl >> 2, pt = pl & 3;
+      res[j].x += ecorr[r * 16 + pg][nbo * 8 + 2 * pt];
+      res[j].y += ecorr[r * 16 + pg][nbo * 8 + 2 * pt + 1];
+      res[j].z += ecorr[r * 16 + pg + 8][nbo * 8 + 2 * pt];
+      res[j].w += ecorr[r * 16 + pg + 8][nbo * 8 + 2 * pt + 1];
+    }
+  }
+  combine_store<false, true, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
+}
+
+// ---- unpackz_kernel: decode the whole 12-bit stream back to bf16 [N, K] ---------------------------
+// prepare() runs it on every layer it compresses and compares with the weight, bit for bit, so the
+// decoder that runs in gemvz_kernel (decz) is checked on the GPU itself. One thread per (rb, G, lane).
+__global__ void unpackz_kernel(const uint4* __restrict__ w, uint16_t* __restrict__ out, int N, int K,
+                               uint32_t TL, uint32_t TH) {
+  const int KG = K / 64;
+  const size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (id >= (size_t)(N / 16) * KG * 32) return;
+  const int lane = (int)(id & 31), g = lane >> 2, t = lane & 3;
+  const size_t blk = id >> 5;
+  const int rb = (int)(blk / KG), G = (int)(blk % KG);
+  const uint4* p = w + blk * 96 + lane;
+  const uint4 A0 = p[0], A1 = p[32], B = p[64];
+  const uint4 f[4] = {decz(A0.x, A0.y, B.x, TL, TH), decz(A0.z, A0.w, B.y, TL, TH),
+                      decz(A1.x, A1.y, B.z, TL, TH), decz(A1.z, A1.w, B.w, TL, TH)};
+#pragma unroll
+  for (int fi = 0; fi < 4; fi++) {
+    const uint32_t regs[4] = {f[fi].x, f[fi].y, f[fi].z, f[fi].w};
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const int row = rb * 16 + g + 8 * ((j >> 1) & 1);
+      const int k = G * 64 + 32 * (fi >> 1) + 8 * t + 4 * (fi & 1) + 2 * (j >> 2) + (j & 1);
+      out[(size_t)row * K + k] = (uint16_t)(regs[j >> 1] >> (16 * (j & 1)));
+    }
+  }
+}

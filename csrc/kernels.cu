@@ -1,0 +1,10 @@
+// MUSE BF16 GEMV kernels for sm_90a (an H100 / H200: wgmma is arch-specific). This file and the headers it includes
+// are the whole device source: tests compile it with nvcc directly; build.py inlines it (this order, each header
+// once) into submission.py's KERNEL_SRC, the string the upload compiles with load_inline.
+//   ptx.cuh     one wrapper per PTX instruction
+//   common.cuh  x loads, the warps' reduction, split-K combine (ticket / cluster), store, MUSE_TRACE hooks
+//   gemv.cuh    gemv_kernel: plain BF16 (and the router's fp32 as hi + lo), PIPE 0..5
+//   gemvz.cuh   the 12-bit format (decz), gemvz_kernel with its exception warp, unpackz_kernel
+//   gemvt.cuh   gemvt_kernel: TMA ring + warpgroup MMA (GemvtConfig)
+//   launch.cuh  launch_pdl, opt-ins, TMA descriptors, launchers, dispatchers; configs.cuh (generated) inside
+#include "launch.cuh"
