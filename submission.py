@@ -213,8 +213,11 @@ struct GemvArgs {
   const void* esc;   // gemvz: the side table's entries, int2 {k, fp32 bits of the correction}; else unused
   uint32_t TL, TH;   // gemvz: the window's 8 classes, 4 bytes each
 };
-// The order is gemv_kernel's parameter list before the struct (x .. cl), so its fields sit at the same offsets of the
-// parameter space and gemv_kernel's machine code did not change (tools/same_code.py).
+// The order is gemv_kernel's parameter list before the struct (x .. cl). The kernels take it as a __grid_constant__
+// parameter: read in place from the parameter space. Taken by plain value, the router's m = 32 kernel (gemv 8, 1, 4,
+// 1, DUAL, PIPE 4) went from 120 to 136 registers, one CTA an SM instead of two, and 5.3 -> 7.5 us with its clusters
+// of 8 in two waves (device call 1 of session 16, FINDINGS.md "House"); with __grid_constant__ its code is
+// byte-identical to the positional parameters' again, and no kernel changed its register allocation granule.
 // ptx.cuh: one small device function per PTX instruction the kernels use, each with its reason.
 // defines: ld_stream, ld_x, ld_x1_if, ld_esc_if, mma16816, prmt, lop3_or_and, pdl_trigger, pdl_wait,
 //          named_bar_arrive1, named_bar_sync1, cluster_arrive_relaxed / _release, cluster_wait_acquire, cluster_rank,
@@ -701,7 +704,7 @@ __device__ __forceinline__ void load_wbatch(uint4 (&a)[NH][U][R][2], const uint4
 // prepare, so under PDL it overlaps the previous kernel's tail. Lab: labs/lab2_fragments.py, lab5.
 template <int NW, int U, int NB, int R, bool DUAL, int PIPE>
 __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS(PIPE))
-gemv_kernel(const GemvArgs args) {
+gemv_kernel(const __grid_constant__ GemvArgs args) {
   static_assert(PIPE >= 0 && PIPE <= 5, "PIPE is 0..5");
   const bf16* __restrict__ x = static_cast<const bf16*>(args.x);
   const uint4* __restrict__ w = static_cast<const uint4*>(args.w);
@@ -916,7 +919,7 @@ __device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)
 // Lab: labs/lab3_compress.py (format, decz, the kernel in miniature).
 template <int NW, int UG, int NB, int R, int PIPE>
 __global__ void __launch_bounds__((NW + 1) * 32, MIN_BLOCKS(PIPE))
-gemvz_kernel(const GemvArgs args) {
+gemvz_kernel(const __grid_constant__ GemvArgs args) {
   static_assert(PIPE >= 0 && PIPE <= 5, "PIPE is 0..5");
   const bf16* __restrict__ x = static_cast<const bf16*>(args.x);
   const uint4* __restrict__ w = static_cast<const uint4*>(args.w);
@@ -1291,7 +1294,7 @@ __device__ __forceinline__ void ring_end(const float (&acc)[NB * 4], uint8_t* ri
 
 template <int NW, int ST, int NB, int KA>
 __global__ void __launch_bounds__(NW * 32 + 32, 1)
-gemvt_kernel(const GemvArgs args, const __grid_constant__ CUtensorMap tx) {
+gemvt_kernel(const __grid_constant__ GemvArgs args, const __grid_constant__ CUtensorMap tx) {
   static_assert(NW % 4 == 0 && NW >= 4 && NW <= 16, "NW: whole warpgroups");
   constexpr uint32_t TILE = 64 * 128, WB = 16 * NW * 128, XB = 8 * NB * 128, STAGE = KA * (WB + XB);
   constexpr int NWG = NW / 4, P = NW * NB * 32;
@@ -1624,8 +1627,11 @@ struct GemvArgs {
   const void* esc;   // gemvz: the side table's entries, int2 {k, fp32 bits of the correction}; else unused
   uint32_t TL, TH;   // gemvz: the window's 8 classes, 4 bytes each
 };
-// The order is gemv_kernel's parameter list before the struct (x .. cl), so its fields sit at the same offsets of the
-// parameter space and gemv_kernel's machine code did not change (tools/same_code.py).
+// The order is gemv_kernel's parameter list before the struct (x .. cl). The kernels take it as a __grid_constant__
+// parameter: read in place from the parameter space. Taken by plain value, the router's m = 32 kernel (gemv 8, 1, 4,
+// 1, DUAL, PIPE 4) went from 120 to 136 registers, one CTA an SM instead of two, and 5.3 -> 7.5 us with its clusters
+// of 8 in two waves (device call 1 of session 16, FINDINGS.md "House"); with __grid_constant__ its code is
+// byte-identical to the positional parameters' again, and no kernel changed its register allocation granule.
 
 int muse_launch(int kind, const int* t, const GemvArgs& a, int co, bool pdl, cudaStream_t st);
 int muse_attrs(int kind, const int* t, int* res);

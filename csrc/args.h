@@ -20,5 +20,8 @@ struct GemvArgs {
   const void* esc;   // gemvz: the side table's entries, int2 {k, fp32 bits of the correction}; else unused
   uint32_t TL, TH;   // gemvz: the window's 8 classes, 4 bytes each
 };
-// The order is gemv_kernel's parameter list before the struct (x .. cl), so its fields sit at the same offsets of the
-// parameter space and gemv_kernel's machine code did not change (tools/same_code.py).
+// The order is gemv_kernel's parameter list before the struct (x .. cl). The kernels take it as a __grid_constant__
+// parameter: read in place from the parameter space. Taken by plain value, the router's m = 32 kernel (gemv 8, 1, 4,
+// 1, DUAL, PIPE 4) went from 120 to 136 registers, one CTA an SM instead of two, and 5.3 -> 7.5 us with its clusters
+// of 8 in two waves (device call 1 of session 16, FINDINGS.md "House"); with __grid_constant__ its code is
+// byte-identical to the positional parameters' again, and no kernel changed its register allocation granule.

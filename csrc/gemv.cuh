@@ -46,7 +46,7 @@ __device__ __forceinline__ void load_wbatch(uint4 (&a)[NH][U][R][2], const uint4
 // prepare, so under PDL it overlaps the previous kernel's tail. Lab: labs/lab2_fragments.py, lab5.
 template <int NW, int U, int NB, int R, bool DUAL, int PIPE>
 __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS(PIPE))
-gemv_kernel(const GemvArgs args) {
+gemv_kernel(const __grid_constant__ GemvArgs args) {
   static_assert(PIPE >= 0 && PIPE <= 5, "PIPE is 0..5");
   const bf16* __restrict__ x = static_cast<const bf16*>(args.x);
   const uint4* __restrict__ w = static_cast<const uint4*>(args.w);

@@ -114,7 +114,7 @@ __device__ __forceinline__ void ring_end(const float (&acc)[NB * 4], uint8_t* ri
 
 template <int NW, int ST, int NB, int KA>
 __global__ void __launch_bounds__(NW * 32 + 32, 1)
-gemvt_kernel(const GemvArgs args, const __grid_constant__ CUtensorMap tx) {
+gemvt_kernel(const __grid_constant__ GemvArgs args, const __grid_constant__ CUtensorMap tx) {
   static_assert(NW % 4 == 0 && NW >= 4 && NW <= 16, "NW: whole warpgroups");
   constexpr uint32_t TILE = 64 * 128, WB = 16 * NW * 128, XB = 8 * NB * 128, STAGE = KA * (WB + XB);
   constexpr int NWG = NW / 4, P = NW * NB * 32;

@@ -87,7 +87,7 @@ __device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)
 // Lab: labs/lab3_compress.py (format, decz, the kernel in miniature).
 template <int NW, int UG, int NB, int R, int PIPE>
 __global__ void __launch_bounds__((NW + 1) * 32, MIN_BLOCKS(PIPE))
-gemvz_kernel(const GemvArgs args) {
+gemvz_kernel(const __grid_constant__ GemvArgs args) {
   static_assert(PIPE >= 0 && PIPE <= 5, "PIPE is 0..5");
   const bf16* __restrict__ x = static_cast<const bf16*>(args.x);
   const uint4* __restrict__ w = static_cast<const uint4*>(args.w);
