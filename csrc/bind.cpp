@@ -59,7 +59,8 @@ struct Launch {
 };
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  py::class_<Launch>(m, "Launch", "one planned launch: Launch(...)(x_ptr, out_ptr, M, stream, pdl)")
+  // module_local: every variant build (tools, tests) defines its own Launch; pybind11 would refuse a second global one
+  py::class_<Launch>(m, "Launch", py::module_local(), "one planned launch: Launch(...)(x_ptr, out_ptr, M, stream, pdl)")
       .def(py::init([](int kind, std::vector<int> t, uintptr_t w, uintptr_t w2, uintptr_t eptr, uintptr_t esc,
                        uintptr_t ws, uintptr_t sem, int N, int K, int S, int pf, int cl, uint32_t TL, uint32_t TH,
                        int co) {

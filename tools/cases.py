@@ -11,12 +11,15 @@ source, a compile-time variant of the kernels. A tool builds each variant with o
 plan (build): seconds instead of the shipped build's minute.
 """
 import collections
+import os
 import re
+import sys
 
 import torch
 
-import judge
-import submission as S
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repo root: `python3 tools/x.py`
+import judge  # noqa: E402
+import submission as S  # noqa: E402
 
 CASE_FIELDS = ("wseed", "xseed", "bal")
 # what a case plans at m, found on the CPU (planned): enough to compile its instantiation before any GPU work
