@@ -2162,7 +2162,7 @@ def tri_smem(cfg, m, dual):
     return max(cfg.stages - 1, 1) * (tri_bm(m) + cfg.bn * (2 if dual else 1)) * cfg.bk * 2
 
 
-def tri_fits(cfg, N, K, m, dual=False):
+def tri_misfit(cfg, N, K, m, dual=False):
     """None if cfg can run the shape [m, K] x [N, K]^T (dual: with a lo half too), else a string saying why."""
     if cfg.mode not in TRI_MODES:
         return f"mode {cfg.mode!r} is not one of {TRI_MODES}"
@@ -2240,7 +2240,7 @@ def _tri_check(x, w, w2, out, ws, sem, cfg, dual):
     _tri_tensor("out", out, torch.float32 if dual else torch.bfloat16, (m, N), x.device)
     _tri_tensor("ws", ws, torch.float32, None, x.device)
     _tri_tensor("sem", sem, torch.int32, None, x.device)
-    why = tri_fits(cfg, N, K, m, dual)
+    why = tri_misfit(cfg, N, K, m, dual)
     if why:
         raise ValueError(f"{cfg} cannot run m={m} N={N} K={K}: {why}")
     ws_need, sem_need = tri_workspace(N, m, cfg)
@@ -2295,7 +2295,7 @@ def smem_bytes(nw, nb, r, compressed, s=1, cl=0):
     return nw * part + (r * 16 * (nb * 8 + 1) * 4 if compressed else 0) + 4 + 8 + (s - 1) * part * (cl >= 1)
 
 
-def _split_fits(cfg, smem):
+def _split_misfit(cfg, smem):
     """The rules every CUDA config shares (pf where the config has it, cl, co, the cluster size), and the static shared
     memory smem within SMEM_LIMIT."""
     if getattr(cfg, "pf", 0) not in (0, 1):
@@ -2320,7 +2320,8 @@ def gemvt_smem(nw, st, nb, ka, s=1, cl=0):
     return 1024 + st * ka * (16 * nw + 8 * nb) * 128 + ((s - 1) * nw * nb * 32 * 16 if cl else 0)
 
 
-def gemv_fits(cfg, N, K, m, dual=False):
+# ---- *_misfit(cfg, N, K, m[, dual]): why a config cannot run an [N, K] layer at m (a string), or None if it can ----
+def gemv_misfit(cfg, N, K, m, dual=False):
     """Why a GemvConfig cannot run this shape, or None if it can."""
     nb, KB = nb_of(m), K // 32
     if cfg.pipe not in range(6):
@@ -2329,10 +2330,10 @@ def gemv_fits(cfg, N, K, m, dual=False):
         return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 32"
     if KB % (cfg.s * cfg.nw * cfg.u):
         return f"K/32={KB} not divisible by S*NW*U={cfg.s * cfg.nw * cfg.u}"
-    return _split_fits(cfg, smem_bytes(cfg.nw, nb, cfg.r, False, cfg.s, cfg.cl))
+    return _split_misfit(cfg, smem_bytes(cfg.nw, nb, cfg.r, False, cfg.s, cfg.cl))
 
 
-def gemvt_fits(cfg, N, K, m, dual=False):
+def gemvt_misfit(cfg, N, K, m, dual=False):
     """Why a GemvtConfig cannot run this shape, or None if it can: bf16 weights, nw consumer warps in whole
     warpgroups (16 nw rows a CTA), at least one stage of at least one 64-k tile, any S up to K / (64 ka) (the slices
     need not be equal), and the ring within the opt-in shared memory; then the split-K rules every config shares."""
@@ -2346,10 +2347,10 @@ def gemvt_fits(cfg, N, K, m, dual=False):
     smem = gemvt_smem(cfg.nw, cfg.st, nb_of(m), cfg.ka, cfg.s, cfg.cl) + 16 * cfg.st + 16   # + the mbarriers
     if smem > TMA_SMEM_LIMIT:
         return f"gemvt_kernel: shared memory {smem} B > {TMA_SMEM_LIMIT}"
-    return _split_fits(cfg, 0)
+    return _split_misfit(cfg, 0)
 
 
-def gemvz_fits(cfg, N, K, m):
+def gemvz_misfit(cfg, N, K, m):
     """Why a GemvzConfig cannot run this shape, or None if it can."""
     nb, KG = nb_of(m), K // 64
     if cfg.pipe not in range(6):
@@ -2358,20 +2359,20 @@ def gemvz_fits(cfg, N, K, m):
         return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 64"
     if KG % (cfg.s * cfg.nw * cfg.ug):
         return f"K/64={KG} not divisible by S*NW*UG={cfg.s * cfg.nw * cfg.ug}"
-    return _split_fits(cfg, smem_bytes(cfg.nw, nb, cfg.r, True, cfg.s, cfg.cl))
+    return _split_misfit(cfg, smem_bytes(cfg.nw, nb, cfg.r, True, cfg.s, cfg.cl))
 
 
-def config_fits(cfg, N, K, m, dual=False):
+def config_misfit(cfg, N, K, m, dual=False):
     """Why cfg (GemvConfig, GemvzConfig, GemvtConfig or TritonConfig) cannot run an [N, K] layer at m, or None if it
-    can: the fits check of its kernel (Layer.set_config and tune.py ask this one)."""
+    can: its kernel's misfit check (Layer.set_config and tune.py ask this one)."""
     if isinstance(cfg, TritonConfig):
-        return "triton is not installed" if triton is None else tri_fits(cfg, N, K, m, dual)
+        return "triton is not installed" if triton is None else tri_misfit(cfg, N, K, m, dual)
     if isinstance(cfg, GemvzConfig):
-        return "the compressed path takes bf16 weights only" if dual else gemvz_fits(cfg, N, K, m)
+        return "the compressed path takes bf16 weights only" if dual else gemvz_misfit(cfg, N, K, m)
     if isinstance(cfg, GemvtConfig):
-        return gemvt_fits(cfg, N, K, m, dual)
+        return gemvt_misfit(cfg, N, K, m, dual)
     if isinstance(cfg, GemvConfig):
-        return gemv_fits(cfg, N, K, m, dual)
+        return gemv_misfit(cfg, N, K, m, dual)
     return f"{cfg!r} is not a GemvConfig, GemvzConfig, GemvtConfig or TritonConfig"
 
 
@@ -2395,12 +2396,12 @@ def default_config(N, K, m, compressed):
     """The documented default for a (layer, m) no table row covers: the first (nw, u, r, pipe) of DEFAULT_GEMV
     (DEFAULT_GEMVZ) that fits, with S the smallest power of two giving TARGET_CTAS CTAs (two per SM) that
     still divides K, and no L2 prefetch. Every default is compiled in (build.py). None if nothing fits."""
-    cls, fits, cands = (GemvzConfig, gemvz_fits, DEFAULT_GEMVZ) if compressed else (GemvConfig, gemv_fits, DEFAULT_GEMV)
+    cls, misfit, cands = (GemvzConfig, gemvz_misfit, DEFAULT_GEMVZ) if compressed else (GemvConfig, gemv_misfit, DEFAULT_GEMV)
     for nw, u, r, pipe in cands:
-        if fits(cls(nw, 1, u, r, pipe, 0), N, K, m):
+        if misfit(cls(nw, 1, u, r, pipe, 0), N, K, m):
             continue
         s = 1
-        while N // (16 * r) * s < TARGET_CTAS and not fits(cls(nw, 2 * s, u, r, pipe, 0), N, K, m):
+        while N // (16 * r) * s < TARGET_CTAS and not misfit(cls(nw, 2 * s, u, r, pipe, 0), N, K, m):
             s *= 2
         return cls(nw, s, u, r, pipe, 0)
     return None
@@ -2422,9 +2423,9 @@ def tri_default(N, K, m, dual):
     divides K. None if nothing fits."""
     for bn, bk in ((32, 128), (16, 128), (32, 64), (16, 64)):
         cfg = TritonConfig(bn, bk, 1, 4, 3, "ticket")
-        if tri_fits(cfg, N, K, m, dual):
+        if tri_misfit(cfg, N, K, m, dual):
             continue
-        while N // bn * cfg.s < TARGET_CTAS and not tri_fits(cfg._replace(s=2 * cfg.s), N, K, m, dual):
+        while N // bn * cfg.s < TARGET_CTAS and not tri_misfit(cfg._replace(s=2 * cfg.s), N, K, m, dual):
             cfg = cfg._replace(s=2 * cfg.s)
         return cfg
     return None
@@ -2436,7 +2437,7 @@ def _triton_plan(name, N, K, m, dual, ttable, why=""):
     ref = reference_m(name, m, (ttable,))
     cfg, src = (ttable[(name, ref)], f"TTABLE{(name, ref)}") if ref is not None else (tri_default(N, K, m, dual),
                                                                                         "Triton default rule")
-    bad = "no config fits" if cfg is None else tri_fits(cfg, N, K, m, dual)
+    bad = "no config fits" if cfg is None else tri_misfit(cfg, N, K, m, dual)
     if bad:
         return PlanEntry("fallback", None, f"Triton {cfg}: {bad}")
     return PlanEntry("triton", cfg, src + why)
@@ -2474,10 +2475,10 @@ def plan_for(name, N, K, m, dual, compressible, force=None, ctable=None, ztable=
     if ref is not None:
         key = (name, ref)
         if key in ztable and force != "plain":
-            if can_z and not gemvz_fits(ztable[key], N, K, m):
+            if can_z and not gemvz_misfit(ztable[key], N, K, m):
                 return PlanEntry("compressed", ztable[key], f"ZTABLE{key}")
-            note = f"; ZTABLE{key} unused: {compressible if not can_z else gemvz_fits(ztable[key], N, K, m)}"
-        if key in ctable and force != "compressed" and not config_fits(ctable[key], N, K, m, dual):
+            note = f"; ZTABLE{key} unused: {compressible if not can_z else gemvz_misfit(ztable[key], N, K, m)}"
+        if key in ctable and force != "compressed" and not config_misfit(ctable[key], N, K, m, dual):
             return PlanEntry("plain", ctable[key], f"CTABLE{key}{note}")
     if can_z and force != "plain" and (force == "compressed" or ref is None):
         cfg = default_config(N, K, m, compressed=True)
@@ -2580,7 +2581,7 @@ class Layer:
     def set_config(self, m, cfg):
         """Use cfg (GemvConfig, GemvzConfig, GemvtConfig or TritonConfig) for m from now on (tune.py, tools); grows
         the workspace if needed (and compiles a Triton config: eager, so do it before any graph capture)."""
-        why = config_fits(cfg, self.N, self.K, m, self.dual)
+        why = config_misfit(cfg, self.N, self.K, m, self.dual)
         if why:
             raise ValueError(f"config {cfg} does not fit layer '{self.name}' at m={m}: {why}")
         if isinstance(cfg, TritonConfig):

@@ -155,7 +155,7 @@ def triton_candidates(N, K, m, dual):
             for s in ss:
                 for mode in (("ticket", "atomic") if bk == 128 and s > 1 else ("ticket",)):
                     c = sub.TritonConfig(bn, bk, s, 4, 3, mode)
-                    if not sub.config_fits(c, N, K, m, dual):
+                    if not sub.config_misfit(c, N, K, m, dual):
                         out.append(c)
     return out
 
@@ -190,10 +190,10 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
                     # an SM: the ring holds up to 227 KB, so a second wave costs a whole CTA's time
                     ss = sorted({s for s in s_options(K // 64, ka, tiles) if 66 <= tiles * s <= 528} |
                                 {s for s in range(2, 33) for w in (132, 264) if 0.75 * w <= tiles * s <= w})
-                    for s in ss:                  # config_fits refuses an S past K / (64 ka)
+                    for s in ss:                  # config_misfit refuses an S past K / (64 ka)
                         for cl in ((2, 0) if s > 1 else (0,)):
                             c = sub.GemvtConfig(nw, s, st, ka, 1, cl)
-                            if not sub.config_fits(c, N, K, m, dual):
+                            if not sub.config_misfit(c, N, K, m, dual):
                                 out.append(c)
                                 break
     for nw in nws:
@@ -219,7 +219,7 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
                             # does not fit (session 2's sweep: every S > 1 winner took the cluster where it fit)
                             for cl in ((2, 0) if s > 1 else (0,)):
                                 c = (sub.GemvzConfig if compressed else sub.GemvConfig)(nw, s, u, r, pipe, pf, 1, cl)
-                                if not sub.config_fits(c, N, K, m, dual):
+                                if not sub.config_misfit(c, N, K, m, dual):
                                     out.append(c)
                                     break
     return out, spilled
@@ -231,9 +231,9 @@ def time_config(Ls, m, cfg, x, replays):
     return judge.per_call_us(sub.kernel_fn, Ls, x, replays, warmup=1)
 
 
-def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=(), final_cos=(), fits=lambda c: None):
+def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=(), final_cos=(), misfit=lambda c: None):
     """Screen every candidate, re-time the best `keep`, each also at every pf of final_pfs, every carveout of
-    final_cos and without PDL, leaving out the variants fits(cfg) refuses (a field value the config's path does not
+    final_cos and without PDL, leaving out the variants misfit(cfg) refuses (a field value the config's path does not
     take); returns [(us, cfg)] sorted, finalists first."""
     res = []
     for c in cands:
@@ -250,7 +250,7 @@ def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=(), final_cos
         bases += [b._replace(co=v) for b in list(bases) for v in final_cos if v != b.co]
         for b in bases:
             for c2 in (b, b._replace(pdl=0)):
-                if c2 not in variants and not fits(c2):
+                if c2 not in variants and not misfit(c2):
                     variants.append(c2)
     fin = [(time_config(Ls, m, c2, x, full), c2) for c2 in variants]
     fin.sort(key=lambda r: r[0])
@@ -358,20 +358,20 @@ def main(argv=None):
                 out_of_time = True
                 break
             x = judge.fresh_x(m, K, 3 + m, "cuda")
-            fits = lambda c: sub.config_fits(c, N, K, m, dual)   # noqa: E731 (finalist variants the path takes)
+            misfit = lambda c: sub.config_misfit(c, N, K, m, dual)   # noqa: E731 (finalist variants the path takes)
             t0 = time.time()
             line = ""
             if "plain" in paths or dual:
                 cp, sp = candidates(ext, N, K, m, dual, False, pfs, nws, not args.no_tma)
                 rp = verified(Ls, m, x, tune_shape(Ls, m, x, cp, args.screen, args.full, args.keep, log, fpfs, fcos,
-                                                   fits), log)
+                                                   misfit), log)
                 crow[(name, m)] = row_of(name, m, rp, dev, date)
                 line = (f"plain {rp[0][1]} {rp[0][0]:.2f} us (next {rp[1][0]:.2f}; {len(cp)} cands, {sp} spilled; "
                         f"{best_by(rp, 'pf')}; {best_by(rp, 'co')}; {best_by(rp, 'pipe')})")
             if not dual and "compressed" in paths:
                 cz, sz = candidates(ext, N, K, m, dual, True, pfs, nws, not args.no_tma)
                 rz = verified(Ls, m, x, tune_shape(Ls, m, x, cz, args.screen, args.full, args.keep, log, fpfs, fcos,
-                                                   fits), log)
+                                                   misfit), log)
                 zrow[(name, m)] = row_of(name, m, rz, dev, date)
                 line += (f" | compressed {rz[0][1]} {rz[0][0]:.2f} us (next {rz[1][0]:.2f}; {len(cz)} cands, "
                          f"{sz} spilled; {best_by(rz, 'pf')}; {best_by(rz, 'co')}; {best_by(rz, 'pipe')})")

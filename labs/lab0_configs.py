@@ -7,7 +7,7 @@ grid of gemv_kernel / gemvz_kernel (N/(16R) x S), the warps per CTA, the K each 
 has in flight right after a load batch, and the bytes in flight per SM against Little's law. It checks that
 every row divides evenly (the kernels use integer divisions: a row that does not divide silently skips
 weights) and exits 1 naming the first bad row. check_row() is what tests/test_labs.py calls.
-Independent oracle: this file shares no code with submission.py (gemv_fits / gemvz_fits restate the same rules).
+Independent oracle: this file shares no code with submission.py (gemv_misfit / gemvz_misfit restate the same rules).
 """
 import json
 import math

@@ -122,11 +122,11 @@ def test_every_scored_layer_and_odd_m_gets_a_fitting_compiled_config(name, m):
     p = S.plan_for(name, d["N"], d["K"], m, dual, comp)
     assert p.path in ("plain", "compressed", "triton")
     if p.path == "triton":
-        assert S.tri_fits(p.config, d["N"], d["K"], m, dual) is None and p.config.mode == "ticket"
+        assert S.tri_misfit(p.config, d["N"], d["K"], m, dual) is None and p.config.mode == "ticket"
         assert (name, S.reference_m(name, m, (S.TTABLE,))) in S.TPICK
         # without Triton the same shape takes a compiled CUDA config
         p = S.plan_for(name, d["N"], d["K"], m, dual, comp, tpick=frozenset())
-    assert S.config_fits(p.config, d["N"], d["K"], m, dual) is None
+    assert S.config_misfit(p.config, d["N"], d["K"], m, dual) is None
     assert S.instance_of(p.config, m, dual) in _compiled()
 
 
@@ -138,7 +138,7 @@ def test_default_rule_divides_evenly_without_tables(name, m):
     for compressed in ((False, True) if not dual else (False,)):
         cfg = S.default_config(d["N"], d["K"], m, compressed)
         assert cfg is not None
-        fits = S.gemvz_fits if compressed else S.gemv_fits
+        fits = S.gemvz_misfit if compressed else S.gemv_misfit
         assert fits(cfg, d["N"], d["K"], m) is None
         assert d["N"] // 16 * cfg.s <= 2 * S.TARGET_CTAS
 
@@ -148,7 +148,7 @@ def test_default_rule_divides_evenly_without_tables(name, m):
 def test_default_rule_is_sound_for_shapes_in_no_table(N, K, m):
     p = S.plan_for("nobody", N, K, m, False, True)
     assert p.path in ("plain", "compressed"), p
-    fits = S.gemvz_fits if p.path == "compressed" else S.gemv_fits
+    fits = S.gemvz_misfit if p.path == "compressed" else S.gemv_misfit
     assert fits(p.config, N, K, m) is None
 
 
@@ -306,44 +306,44 @@ def test_judge_score_and_json_schema(tmp_path):
 
 
 def test_row_groups_need_n_divisible_by_16r_and_smem_to_fit():
-    assert "16*R=64" in S.gemv_fits(S.GemvConfig(4, 1, 1, 4, 1, 0), 48, 1024, 1)
-    assert S.gemv_fits(S.GemvConfig(4, 1, 1, 4, 1, 0), 64, 1024, 1) is None
-    assert "shared memory" in S.gemv_fits(S.GemvConfig(16, 1, 1, 4, 1, 0), 1024, 8192, 32)
-    assert "shared memory" in S.gemvz_fits(S.GemvzConfig(16, 1, 1, 4, 1, 0), 1024, 8192, 32)
+    assert "16*R=64" in S.gemv_misfit(S.GemvConfig(4, 1, 1, 4, 1, 0), 48, 1024, 1)
+    assert S.gemv_misfit(S.GemvConfig(4, 1, 1, 4, 1, 0), 64, 1024, 1) is None
+    assert "shared memory" in S.gemv_misfit(S.GemvConfig(16, 1, 1, 4, 1, 0), 1024, 8192, 32)
+    assert "shared memory" in S.gemvz_misfit(S.GemvzConfig(16, 1, 1, 4, 1, 0), 1024, 8192, 32)
 
 
 def test_prefetch_is_0_or_1():
     c = S.GemvzConfig(8, 1, 2, 1, 2, 0)
-    assert S.gemvz_fits(c, 4096, 8192, 1) is None and S.gemvz_fits(c._replace(pf=1), 4096, 8192, 1) is None
-    assert "pf=2" in S.gemvz_fits(c._replace(pf=2), 4096, 8192, 1)
-    assert "pf=-1" in S.gemv_fits(S.GemvConfig(8, 1, 2, 1, 2, -1), 4096, 8192, 1)
+    assert S.gemvz_misfit(c, 4096, 8192, 1) is None and S.gemvz_misfit(c._replace(pf=1), 4096, 8192, 1) is None
+    assert "pf=2" in S.gemvz_misfit(c._replace(pf=2), 4096, 8192, 1)
+    assert "pf=-1" in S.gemv_misfit(S.GemvConfig(8, 1, 2, 1, 2, -1), 4096, 8192, 1)
 
 
 def test_config_fits_asks_the_check_of_the_configs_path():
     z, c = S.GemvzConfig(8, 1, 2, 1, 2, 2), S.GemvConfig(8, 1, 2, 1, 2, -1)
-    assert S.config_fits(z, 4096, 8192, 1) == S.gemvz_fits(z, 4096, 8192, 1) and "pf=2" in S.config_fits(z, 4096, 8192, 1)
-    assert S.config_fits(c, 4096, 8192, 1) == S.gemv_fits(c, 4096, 8192, 1)
+    assert S.config_misfit(z, 4096, 8192, 1) == S.gemvz_misfit(z, 4096, 8192, 1) and "pf=2" in S.config_misfit(z, 4096, 8192, 1)
+    assert S.config_misfit(c, 4096, 8192, 1) == S.gemv_misfit(c, 4096, 8192, 1)
     t = S.TritonConfig(32, 256, 1, 4, 3, "ticket")
-    want = "triton is not installed" if S.triton is None else S.tri_fits(t, 65536, 32768, 1, False)
-    assert S.config_fits(t, 65536, 32768, 1) == want and want        # N*K >= 2**31 does not fit
+    want = "triton is not installed" if S.triton is None else S.tri_misfit(t, 65536, 32768, 1, False)
+    assert S.config_misfit(t, 65536, 32768, 1) == want and want        # N*K >= 2**31 does not fit
     with pytest.raises(ValueError, match="does not fit layer"):
         S.Layer.set_config(type("L", (), {"N": 4096, "K": 8192, "dual": False, "name": "t"})(), 1, z)
 
 
 def test_cluster_split_needs_2_to_16_ctas_and_its_buffer_counts_as_shared_memory():
     c = S.GemvConfig(8, 8, 4, 2, 3, 1, 1, 1)
-    assert S.gemv_fits(c, 256, 8192, 1) is None
-    assert "2 <= S <= 16" in S.gemv_fits(c._replace(s=1), 256, 8192, 1)
-    assert "2 <= S <= 16" in S.gemvz_fits(S.GemvzConfig(4, 32, 1, 1, 3, 0, 1, 1), 4096, 8192, 1)
-    assert S.gemv_fits(c._replace(cl=2), 256, 8192, 1) is None                  # the mbarrier variant
-    assert "expected 0 (ticket), 1 (cluster barrier) or 2" in S.gemv_fits(c._replace(cl=3), 256, 8192, 1)
-    assert "cl=2 needs 2 <= S" in S.gemv_fits(c._replace(cl=2, s=1), 256, 8192, 1)
+    assert S.gemv_misfit(c, 256, 8192, 1) is None
+    assert "2 <= S <= 16" in S.gemv_misfit(c._replace(s=1), 256, 8192, 1)
+    assert "2 <= S <= 16" in S.gemvz_misfit(S.GemvzConfig(4, 32, 1, 1, 3, 0, 1, 1), 4096, 8192, 1)
+    assert S.gemv_misfit(c._replace(cl=2), 256, 8192, 1) is None                  # the mbarrier variant
+    assert "expected 0 (ticket), 1 (cluster barrier) or 2" in S.gemv_misfit(c._replace(cl=3), 256, 8192, 1)
+    assert "cl=2 needs 2 <= S" in S.gemv_misfit(c._replace(cl=2, s=1), 256, 8192, 1)
     assert S.smem_bytes(4, 4, 1, False, 16, 2) == S.smem_bytes(4, 4, 1, False, 16, 1)
     # the leader's cbuf is (S - 1) partial tiles: 15 x (R=1 x NB=4 x 32 x 16 B) = 30 KB on top of red
     big = S.GemvConfig(4, 16, 1, 1, 3, 0, 1, 1)
     assert S.smem_bytes(4, 4, 1, False, 16, 1) - S.smem_bytes(4, 4, 1, False) == 15 * 4 * 32 * 16
-    assert S.gemv_fits(big, 256, 8192, 32) is None
-    assert "shared memory" in S.gemv_fits(big._replace(nw=8, r=2), 256, 8192, 32)
+    assert S.gemv_misfit(big, 256, 8192, 32) is None
+    assert "shared memory" in S.gemv_misfit(big._replace(nw=8, r=2), 256, 8192, 32)
     assert S.GemvConfig(4, 1, 1, 1, 1, 0).cl == 0 and S.GemvzConfig(4, 1, 1, 1, 1, 0).pdl == 1
 
 
@@ -371,11 +371,11 @@ def test_tune_screens_each_pf_and_the_cluster_reduction_where_it_fits():
     assert spilled == 0 and cands
     assert {c.pf for c in cands} == {0, 1}
     for c in cands:
-        assert S.gemv_fits(c, d["N"], d["K"], 1) is None
+        assert S.gemv_misfit(c, d["N"], d["K"], 1) is None
         if c.s == 1:
             assert c.cl == 0
         elif c.cl == 0:   # the ticket only where the cluster's buffer does not fit
-            assert S.gemv_fits(c._replace(cl=1), d["N"], d["K"], 1) is not None
+            assert S.gemv_misfit(c._replace(cl=1), d["N"], d["K"], 1) is not None
     assert any(c.s > 1 and c.cl == 0 for c in
                tune.candidates(_FakeExt(), d["N"], d["K"], 32, True, False, (0,))[0])
 
@@ -405,7 +405,7 @@ def test_every_config_the_gpu_tests_force_is_compiled_in():
         d = LAYERS[name]
         for c in (cfg, cfg._replace(cl=1)):
             assert S.instance_of(c, m, d["dtype"] == "fp32") in _compiled(), (name, m, c)
-            assert S.config_fits(c, d["N"], d["K"], m, d["dtype"] == "fp32") is None, (name, m, c)
+            assert S.config_misfit(c, d["N"], d["K"], m, d["dtype"] == "fp32") is None, (name, m, c)
 
 
 def test_tune_finalists_of_the_triton_sweep_have_no_pf(monkeypatch):
@@ -420,10 +420,10 @@ def test_tune_finalists_of_the_triton_sweep_have_no_pf(monkeypatch):
 def test_carveout_is_minus_1_or_a_percentage_and_defaults_to_the_drivers_choice():
     c = S.GemvConfig(8, 1, 2, 1, 2, 0)
     assert c.co == -1 and S.GemvzConfig(8, 1, 2, 1, 2, 0).co == -1
-    assert S.gemv_fits(c._replace(co=0), 4096, 8192, 1) is None and S.gemv_fits(c._replace(co=100), 4096, 8192, 1) is None
-    assert "co=101" in S.gemv_fits(c._replace(co=101), 4096, 8192, 1)
-    assert "co=-2" in S.gemvz_fits(S.GemvzConfig(8, 1, 2, 1, 2, 0, co=-2), 4096, 8192, 1)
-    assert "co='50'" in S.gemv_fits(c._replace(co="50"), 4096, 8192, 1)
+    assert S.gemv_misfit(c._replace(co=0), 4096, 8192, 1) is None and S.gemv_misfit(c._replace(co=100), 4096, 8192, 1) is None
+    assert "co=101" in S.gemv_misfit(c._replace(co=101), 4096, 8192, 1)
+    assert "co=-2" in S.gemvz_misfit(S.GemvzConfig(8, 1, 2, 1, 2, 0, co=-2), 4096, 8192, 1)
+    assert "co='50'" in S.gemv_misfit(c._replace(co="50"), 4096, 8192, 1)
 
 
 def test_table_literal_writes_the_carveout_only_when_a_row_sets_one():
@@ -501,7 +501,7 @@ def test_tune_finalists_leave_out_variants_the_path_does_not_take(monkeypatch):
     cands = [S.GemvConfig(4, 2, 8, 2, 6, 0, 1, 2), S.GemvConfig(8, 1, 2, 2, 3, 0, 1, 0)]
     timed = []
     monkeypatch.setattr(tune, "time_config", lambda Ls, m, cfg, x, replays: timed.append(cfg) or 10.0 + cfg.nw)
-    fits = lambda c: S.config_fits(c, 4096, 8192, 32)                 # noqa: E731
+    fits = lambda c: S.config_misfit(c, 4096, 8192, 32)                 # noqa: E731
     tune.tune_shape([], 32, None, cands, 3, 25, 2, lambda s: None, (0, 1), (), fits)
     assert S.GemvConfig(8, 1, 2, 2, 3, 1, 1, 0) in timed                # pf = 1 tried where the path has it
     assert all(not (c.pipe == 6 and c.pf) for c in timed)               # and never on PIPE 6

@@ -1,5 +1,5 @@
 """Lab 6 (gemvt_kernel (GemvtConfig): pack_tma, the 128-byte swizzle, the x box, the kernel in miniature) runs, agrees
-with submission.pack_tma, gemvt_smem / gemvt_fits and judge.check_close, and its negative cases fail (CPU only:
+with submission.pack_tma, gemvt_smem / gemvt_misfit and judge.check_close, and its negative cases fail (CPU only:
 MUSE_BUILD=0)."""
 import os
 
@@ -220,50 +220,50 @@ def test_gemvt_emulate_refuses_configs_that_do_not_fit(N, K, M, nw, ka, s):
     with pytest.raises(ValueError, match="does not fit"):
         lab6.gemvt_emulate(np.zeros((N // 64, K // 64, 64, 64), np.uint16), np.zeros((M, K), np.uint16),
                            N, K, nw, ka, s)
-    if M <= 32:                                     # the same shapes gemvt_fits refuses (m = 33 is not a shape it sees)
-        assert submission.gemvt_fits(submission.GemvtConfig(nw=nw, s=s, st=1, ka=ka), N, K, M) is not None
+    if M <= 32:                                     # the same shapes gemvt_misfit refuses (m = 33 is not a shape it sees)
+        assert submission.gemvt_misfit(submission.GemvtConfig(nw=nw, s=s, st=1, ka=ka), N, K, M) is not None
 
 
-# ---- gemvt_kernel's config: GemvtConfig and gemvt_fits -------------------------------------------------------
+# ---- gemvt_kernel's config: GemvtConfig and gemvt_misfit -------------------------------------------------------
 def test_gemvt_fits_rules():
     c = submission.GemvtConfig(nw=4, s=2, st=4, ka=1, pdl=1, cl=2)
     assert (c.co, c._fields) == (-1, ("nw", "s", "st", "ka", "pdl", "cl", "co"))
-    assert submission.gemvt_fits(c, 4096, 8192, 32) is None
-    assert submission.config_fits(c, 4096, 8192, 32) is None                       # config_fits dispatches on the type
-    assert "DUAL" in submission.gemvt_fits(c, 256, 8192, 32, dual=True)
-    assert submission.config_fits(c, 256, 8192, 32, True) == submission.gemvt_fits(c, 256, 8192, 32, dual=True)
-    assert "16*NW=64" in submission.gemvt_fits(c, 4080, 8192, 32)
-    assert "64*KA=128" in submission.gemvt_fits(c._replace(ka=2), 4096, 8256, 32)
-    assert submission.gemvt_fits(c._replace(s=3), 4096, 8192, 32) is None          # S need not divide K / 64
-    assert submission.gemvt_fits(c._replace(s=128, cl=0), 4096, 8192, 32) is None  # one step a CTA
-    assert "S=129" in submission.gemvt_fits(c._replace(s=129, cl=0), 4096, 8192, 32)
-    assert "S=65" in submission.gemvt_fits(c._replace(s=65, ka=2, cl=0), 4096, 8192, 32)
+    assert submission.gemvt_misfit(c, 4096, 8192, 32) is None
+    assert submission.config_misfit(c, 4096, 8192, 32) is None                       # config_misfit dispatches on the type
+    assert "DUAL" in submission.gemvt_misfit(c, 256, 8192, 32, dual=True)
+    assert submission.config_misfit(c, 256, 8192, 32, True) == submission.gemvt_misfit(c, 256, 8192, 32, dual=True)
+    assert "16*NW=64" in submission.gemvt_misfit(c, 4080, 8192, 32)
+    assert "64*KA=128" in submission.gemvt_misfit(c._replace(ka=2), 4096, 8256, 32)
+    assert submission.gemvt_misfit(c._replace(s=3), 4096, 8192, 32) is None          # S need not divide K / 64
+    assert submission.gemvt_misfit(c._replace(s=128, cl=0), 4096, 8192, 32) is None  # one step a CTA
+    assert "S=129" in submission.gemvt_misfit(c._replace(s=129, cl=0), 4096, 8192, 32)
+    assert "S=65" in submission.gemvt_misfit(c._replace(s=65, ka=2, cl=0), 4096, 8192, 32)
     for bad in (dict(nw=6), dict(nw=2), dict(nw=20), dict(st=0), dict(ka=0)):
-        assert "NW 4, 8, 12 or 16" in submission.gemvt_fits(c._replace(**bad), 4096, 8192, 32), bad
-    assert "2 <= S" in submission.gemvt_fits(c._replace(s=1), 4096, 8192, 32)      # a cluster of one CTA
-    assert submission.gemvt_fits(c._replace(s=1, cl=0), 4096, 8192, 32) is None
-    assert "co=" in submission.gemvt_fits(c._replace(co=101), 4096, 8192, 32)
-    assert "shared memory" in submission.gemvt_fits(c._replace(nw=8, st=12, ka=2), 4096, 8192, 32)
+        assert "NW 4, 8, 12 or 16" in submission.gemvt_misfit(c._replace(**bad), 4096, 8192, 32), bad
+    assert "2 <= S" in submission.gemvt_misfit(c._replace(s=1), 4096, 8192, 32)      # a cluster of one CTA
+    assert submission.gemvt_misfit(c._replace(s=1, cl=0), 4096, 8192, 32) is None
+    assert "co=" in submission.gemvt_misfit(c._replace(co=101), 4096, 8192, 32)
+    assert "shared memory" in submission.gemvt_misfit(c._replace(nw=8, st=12, ka=2), 4096, 8192, 32)
 
 
 @pytest.mark.parametrize("nw,ka,m", [(4, 1, 1), (4, 2, 16), (8, 2, 32), (16, 1, 9), (12, 4, 32)])
 def test_gemvt_fits_stages_up_to_the_opt_in_shared_memory(nw, ka, m):
-    # the deepest ring gemvt_fits takes is the one whose stage images (lab6.stage_bytes), the 1 KB alignment slack and
+    # the deepest ring gemvt_misfit takes is the one whose stage images (lab6.stage_bytes), the 1 KB alignment slack and
     # the mbarriers (16 B a stage + 16) fit in 227 KB; one stage more is refused for its shared memory
     nb = lab6.nb_of(m)
     need = lambda st: 1024 + st * lab6.stage_bytes(nw, nb, ka) + 16 * st + 16
     st = max(n for n in range(1, 64) if need(n) <= 227 * 1024)
     c = submission.GemvtConfig(nw=nw, s=1, st=st, ka=ka)
-    assert submission.gemvt_fits(c, 16 * nw * 4, 64 * ka * 8, m) is None, (c, need(st))
-    why = submission.gemvt_fits(c._replace(st=st + 1), 16 * nw * 4, 64 * ka * 8, m)
+    assert submission.gemvt_misfit(c, 16 * nw * 4, 64 * ka * 8, m) is None, (c, need(st))
+    why = submission.gemvt_misfit(c._replace(st=st + 1), 16 * nw * 4, 64 * ka * 8, m)
     assert why is not None and "shared memory" in why and str(need(st + 1)) in why, why
 
 
 def test_gemv_fits_refuses_pipe6_and_instance_of_names_gemvt():
-    # the ring is no longer a GemvConfig with pipe = 6: gemv_fits refuses it and points at GemvtConfig
+    # the ring is no longer a GemvConfig with pipe = 6: gemv_misfit refuses it and points at GemvtConfig
     old = submission.GemvConfig(nw=4, s=2, u=4, r=1, pipe=6, pf=0, pdl=1, cl=2)
-    assert "GemvtConfig" in submission.gemv_fits(old, 4096, 8192, 32)
-    assert "GemvtConfig" in submission.config_fits(old, 4096, 8192, 32)
+    assert "GemvtConfig" in submission.gemv_misfit(old, 4096, 8192, 32)
+    assert "GemvtConfig" in submission.config_misfit(old, 4096, 8192, 32)
     c = submission.GemvtConfig(nw=8, s=2, st=6, ka=2, cl=2)
     for m, nb in ((1, 1), (8, 1), (9, 2), (16, 2), (17, 4), (32, 4)):
         assert submission.instance_of(c, m) == ("gemvt", (8, 6, nb, 2)), m

@@ -274,7 +274,7 @@ def test_check_row_flags_row_groups_that_do_not_divide_n_and_smem_overflow():
     assert any("shared memory" in p for p in probs)
 
 
-def test_check_row_agrees_with_submission_fits():
+def test_check_row_agrees_with_submission_misfit():
     layers, _ = _tables()
     for name, l in layers.items():
         for m in (1, 8, 9, 16, 17, 32):
@@ -283,12 +283,12 @@ def test_check_row_agrees_with_submission_fits():
                     for u in (1, 2, 4):
                         for r, cl in itertools.product((1, 2, 4, 3), (0, 1)):
                             cfg = submission.GemvConfig(nw, s, u, r, 1, 0, 1, cl)
-                            plain = submission.gemv_fits(cfg, l["N"], l["K"], m)
+                            plain = submission.gemv_misfit(cfg, l["N"], l["K"], m)
                             got = lab0.check_row("plain", l, m, dict(nw=nw, s=s, u=u, r=r, pipe=1, cl=cl))
                             assert (plain is None) == (got == []), (name, m, cfg, plain, got)
                             if l["dtype"] == "bf16":
                                 zcfg = submission.GemvzConfig(nw, s, u, r, 1, 0, 1, cl)
-                                comp = submission.gemvz_fits(zcfg, l["N"], l["K"], m)
+                                comp = submission.gemvz_misfit(zcfg, l["N"], l["K"], m)
                                 got = lab0.check_row("compressed", l, m, dict(nw=nw, s=s, ug=u, r=r, pipe=1, cl=cl))
                                 assert (comp is None) == (got == []), (name, m, zcfg, comp, got)
 
@@ -300,16 +300,16 @@ def _lab0_config(cfg):
     return dict(nw=c["nw"], s=c["s"], u=c["st"], r=c["ka"], pipe=6, pf=0, pdl=c.get("pdl", 1), cl=c.get("cl", 0))
 
 
-def test_check_row_agrees_with_gemvt_fits():
-    # gemvt_kernel's rows (GemvtConfig: st ring stages, ka 64-k tiles a stage; ctable only): lab0's rules == gemvt_fits
+def test_check_row_agrees_with_gemvt_misfit():
+    # gemvt_kernel's rows (GemvtConfig: st ring stages, ka 64-k tiles a stage; ctable only): lab0's rules == gemvt_misfit
     layers, _ = _tables()
     seen = 0
     for name, l in layers.items():
         dual = l["dtype"] == "fp32"                     # the router: both refuse it (bf16 weights only)
         for m, nw, st, ka, s, cl in itertools.product((1, 16, 32), (4, 8, 12), (4, 8, 12), (1, 2), (1, 2, 3, 6), (0, 2)):
             cfg = submission.GemvtConfig(nw=nw, s=s, st=st, ka=ka, cl=cl)
-            why = submission.config_fits(cfg, l["N"], l["K"], m, dual)
-            assert why == submission.gemvt_fits(cfg, l["N"], l["K"], m, dual)
+            why = submission.config_misfit(cfg, l["N"], l["K"], m, dual)
+            assert why == submission.gemvt_misfit(cfg, l["N"], l["K"], m, dual)
             got = lab0.check_row("plain", l, m, _lab0_config(cfg._asdict()))
             assert (why is None) == (got == []), (name, m, cfg, why, got)
             seen += why is None
@@ -333,7 +333,7 @@ def test_gemvt_rows_are_ctable_rows_of_gemvt_config_fields_that_fit():
                 continue
             assert set(c) == set(submission.GemvtConfig._fields), (r["layer"], m, c)
             cfg = submission.GemvtConfig(**c)
-            assert submission.config_fits(cfg, l["N"], l["K"], m, l["dtype"] == "fp32") is None, (r["layer"], m, cfg)
+            assert submission.config_misfit(cfg, l["N"], l["K"], m, l["dtype"] == "fp32") is None, (r["layer"], m, cfg)
             assert lab0.check_row(kind, l, m, _lab0_config(c)) == [], (r["layer"], m, cfg)
             assert submission.instance_of(cfg, m) == ("gemvt", (cfg.nw, cfg.st, lab0.nb_of(m), cfg.ka))
             gemvt += c is r["config"]

@@ -48,12 +48,12 @@ def configs(name, m):
         for st, ka in ((4, 1), (8, 2)):
             base = S.GemvtConfig(nw, 1, st, ka, 1, 0)
             s = 1
-            while d["N"] // (16 * nw) * s < 264 and not S.gemvt_fits(base._replace(s=2 * s), d["N"], d["K"], m):
+            while d["N"] // (16 * nw) * s < 264 and not S.gemvt_misfit(base._replace(s=2 * s), d["N"], d["K"], m):
                 s *= 2
             s3 = 3 * s // 2 if s > 1 else 3
             for c in (base._replace(s=s, cl=2 if s > 1 else 0), base._replace(s=s, cl=0), base,
                       base._replace(s=s3, cl=0), base._replace(s=s3, cl=2)):
-                if not S.gemvt_fits(c, d["N"], d["K"], m) and c not in out:
+                if not S.gemvt_misfit(c, d["N"], d["K"], m) and c not in out:
                     out.append(c)
     return out
 

@@ -229,7 +229,7 @@ def test_interpreter(interp_results, case):
 
 
 # ---------------------------------------------------------------------------------------------------
-# CPU: validation, tri_fits, tri_workspace (nothing is launched)
+# CPU: validation, tri_misfit, tri_workspace (nothing is launched)
 # ---------------------------------------------------------------------------------------------------
 def _args(m=4, N=64, K=512, dual=False, cfg=TC(32, 64, 2, 4, 2, "ticket")):
     w, w2, _ = make_weights(N, K, dual, 1, "cpu")
@@ -283,12 +283,12 @@ def test_launcher_rejects_bad_calls(name):
 
 
 def test_tri_fits_and_workspace():
-    assert T.tri_fits(TC(32, 256, 4, 4, 3, "ticket"), 2304, 8192, 32) is None
-    assert "K=2048 is not a multiple" in T.tri_fits(TC(32, 256, 16, 4, 3, "ticket"), 8192, 2048, 1)
-    assert "bk=8 must be a power of two >= 16" in T.tri_fits(TC(32, 8, 1, 4, 3, "ticket"), 64, 512, 1)
-    assert "N*K < 2**31" in T.tri_fits(TC(32, 64, 1, 4, 3, "ticket"), 65536, 32768, 1)
-    assert "warps=3" in T.tri_fits(TC(32, 64, 1, 3, 3, "ticket"), 64, 512, 1)
-    assert "shared memory" in T.tri_fits(TC(128, 512, 1, 4, 4, "ticket"), 256, 8192, 32, dual=True)
+    assert T.tri_misfit(TC(32, 256, 4, 4, 3, "ticket"), 2304, 8192, 32) is None
+    assert "K=2048 is not a multiple" in T.tri_misfit(TC(32, 256, 16, 4, 3, "ticket"), 8192, 2048, 1)
+    assert "bk=8 must be a power of two >= 16" in T.tri_misfit(TC(32, 8, 1, 4, 3, "ticket"), 64, 512, 1)
+    assert "N*K < 2**31" in T.tri_misfit(TC(32, 64, 1, 4, 3, "ticket"), 65536, 32768, 1)
+    assert "warps=3" in T.tri_misfit(TC(32, 64, 1, 3, 3, "ticket"), 64, 512, 1)
+    assert "shared memory" in T.tri_misfit(TC(128, 512, 1, 4, 4, "ticket"), 256, 8192, 32, dual=True)
     assert T.tri_workspace(2304, 32, TC(32, 256, 4, 4, 3, "ticket")) == (4 * 32 * 2304, 72)
     assert T.tri_workspace(2304, 8, TC(32, 256, 4, 4, 3, "atomic")) == (8 * 2304, 72)
     assert T.tri_workspace(8192, 32, TC(32, 256, 1, 4, 3, "ticket")) == (0, 0)
@@ -335,7 +335,7 @@ def _compile_cases():
 def test_start_configs_compile_for_sm90_without_spills(name, i, bm):
     N, K, dual = LAYERS[name]
     cfg = START[name][i]
-    assert T.tri_fits(cfg, N, K, bm, dual) is None
+    assert T.tri_misfit(cfg, N, K, bm, dual) is None
     ptx, report, smem = compile_sm90(cfg, N, K, bm, dual, pdl=bool(cfg.pdl))
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     assert spills and spills.groups() == ("0", "0"), report

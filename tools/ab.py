@@ -118,7 +118,7 @@ def swept(p, field):
     if p.config is None or name not in p.config._fields:
         return {}, {v: f"the plan's config {p.config} has no field {name!r}" for v in values}
     cfgs = {v: p.config._replace(**{name: v}) for v in values}
-    why = {v: S.config_fits(c, p.N, p.K, p.m, p.dual) for v, c in cfgs.items()}
+    why = {v: S.config_misfit(c, p.N, p.K, p.m, p.dual) for v, c in cfgs.items()}
     return {v: c for v, c in cfgs.items() if why[v] is None}, {v: w for v, w in why.items() if w}
 
 
