@@ -549,3 +549,57 @@ def test_judge_compares_compressed_and_plain_by_medians_of_alternating_timings(m
     assert row["vs_plain_rounds_us"] == {"compressed": [7.9, 7.6, 7.7], "plain": [8.8, 8.6, 8.9]}
     assert (row["compressed_median_us"], row["plain_us"]) == (7.7, 8.8)
     assert row["vs_plain_pct"] == round(100 * (8.8 - 7.7) / 8.8, 1)       # 12.5: medians, not 7.9 against 8.8 (10.2)
+
+
+# ---- the public shapes, the planner-only run and other weights (judge.py --shapes public / --no-tables / --weights) ---
+def test_public_shapes_are_outside_the_tables_and_cover_the_range_the_issue_names():
+    pub = judge.SHAPE_SETS["public"]
+    assert len(pub) >= 12
+    tabled = {(d["N"], d["K"]) for d in LAYERS.values()}
+    for name, d in pub.items():
+        assert name not in LAYERS and (d["N"], d["K"]) not in tabled, name
+        assert 1024 <= d["N"] <= 32768 and 1024 <= d["K"] <= 32768, name
+        assert d["N"] % 16 == 0 and d["K"] % 64 == 0, name      # the kernels take them: no fallback
+    assert any(d["N"] % 128 for d in pub.values())               # one N not a multiple of 128
+    assert any(d["N"] >= 32000 for d in pub.values())            # an lm_head-sized N
+
+
+@pytest.mark.parametrize("name", list(judge.SHAPE_SETS["public"]))
+@pytest.mark.parametrize("m", judge.PUBLIC_M)
+def test_public_shape_plans_a_compiled_planner_config(name, m):
+    d = judge.SHAPE_SETS["public"][name]
+    p = S.plan_for(name, d["N"], d["K"], m, False, True)
+    assert p.path in ("plain", "compressed") and judge.plan_source(p) == "planner", p
+    assert S.config_misfit(p.config, d["N"], d["K"], m) is None
+    assert S.instance_of(p.config, m) in _compiled()
+
+
+def test_no_tables_sends_every_scored_shape_to_the_planner():
+    for name, d in LAYERS.items():
+        dual = d["dtype"] == "fp32"
+        for m in judge.SCORED_M:
+            p = S.plan_for(name, d["N"], d["K"], m, dual, "fp32" if dual else True, ctable={}, ztable={}, ttable={},
+                           tpick=frozenset())
+            assert judge.plan_source(p) == "planner", (name, m, p)
+            p = S.plan_for(name, d["N"], d["K"], m, dual, "fp32" if dual else True)
+            assert judge.plan_source(p) == "table", (name, m, p)
+
+
+def test_weight_generators_are_seeded_and_row_scaled_rows_differ_in_scale():
+    for kind, make in judge.WEIGHTS.items():
+        a, b, c = make(64, 256, 3), make(64, 256, 3), make(64, 256, 4)
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16)), kind
+        assert not torch.equal(a.view(torch.int16), c.view(torch.int16)), kind
+    rms = lambda w: w.float().pow(2).mean(1).sqrt()   # noqa: E731
+    assert rms(judge.row_scaled(256, 512, 1)).max() / rms(judge.row_scaled(256, 512, 1)).min() > 16
+    assert rms(judge.gaussian(256, 512, 1)).max() / rms(judge.gaussian(256, 512, 1)).min() < 1.5
+
+
+def test_public_and_notables_results_are_named_apart(tmp_path, monkeypatch):
+    monkeypatch.setattr(judge, "ROOT", str(tmp_path))
+    monkeypatch.setattr(judge, "plot", lambda res, png: None)
+    res = {"date": "2026-12-01T00:00:00", "commit": "abc1234", "backend": "tables", "shapes": "public", "rows": []}
+    path, _ = judge.write_result(res, None, "-notables")
+    assert os.path.basename(path) == "shapes-2026-12-01-abc1234-notables.json"
+    path, _ = judge.write_result(dict(res, shapes="scored"))
+    assert os.path.basename(path) == "judge-2026-12-01-abc1234.json"
