@@ -301,6 +301,7 @@ def analyze(W, gran, kind, cls=None, rowhist=None):
     grp = group_of_row(N, rpg, order if gran == "block16_sorted" else None)
     ghist = group_hist(rowhist, grp)
     win = choose_windows(ghist, kind, False)
+    n_first = int((rowhist * ~membership(win)[grp]).sum())
     bad0 = count_inexact(W, cls, rowhist, grp, win)
     retry = bad0 > 0
     if retry.any():
@@ -316,7 +317,7 @@ def analyze(W, gran, kind, cls=None, rowhist=None):
     wbits = G * WINDOW_BITS[kind] / (N * K)
     perm = 32 * N / (N * K) if gran == "block16_sorted" else 0.0
     return dict(groups=G, win=win, grp=grp, order=order, per_row=per_row, n_exc=n_exc,
-                exception_rate=n_exc / (N * K), max_exc_row=int(per_row.max()), max_exc_block16=int(blk.max()),
+                exception_rate=n_exc / (N * K), exception_rate_first_try=n_first / (N * K), max_exc_row=int(per_row.max()), max_exc_block16=int(blk.max()),
                 side_bits=side, window_bits=wbits, perm_bits=perm, bits_per_weight=12 + side + wbits + perm,
                 bits_per_weight_tlth=12 + side + perm + (G * 64 / (N * K) if kind == "top8" else wbits),
                 zero_class_groups=int((win[:, 0] == 0).sum()), retried_groups=int(retry.sum()),
@@ -565,6 +566,7 @@ def part3(shapes, out=None):
                                      exact=a["inexact"] == 0, n_exc=a["n_exc"], groups=a["groups"],
                                      side_bits=a["side_bits"], window_bits=a["window_bits"],
                                      perm_bits=a["perm_bits"], bits_per_weight_tlth=a["bits_per_weight_tlth"],
+                                     exception_rate_first_try=a["exception_rate_first_try"],
                                      zero_class_groups=a["zero_class_groups"],
                                      retried_groups=a["retried_groups"], inexact_8class=a["inexact_8class"]))
             del W, cls, rh
@@ -618,6 +620,40 @@ def conclude(rows):
     return meets
 
 
+def summarize(rows, meets):
+    """The printed conclusion (also stored in the JSON): what meets the target, what it costs where today's window
+    already works, and how often today's matrix falls back to the zero-class window."""
+    shapes = sorted({tuple(r["shape"]) for r in rows})
+    pick = lambda w, g, k, s: next(r for r in rows if r["weights"] == w and tuple(r["shape"]) == s
+                                   and r["granularity"] == g and r["window_kind"] == k)
+    lines = [f"granularities meeting <= {100 * TARGET_RATE:.2f}% at <= {TARGET_BITS} bits on row-scaled weights "
+             f"(U[-4,4] and U[-2,2]) on every shape: " + (", ".join(f"{g} {k}" for g, k in meets) or "none")]
+    for g, k in meets:
+        d = {w: [pick(w, g, k, s)["bits_per_weight"] - pick(w, "matrix", "top8", s)["bits_per_weight"]
+                 for s in shapes] for w in ("gaussian", "trained_like")}
+        lines.append(f"  {g} {k}: bits over today's per-matrix window: gaussian {min(d['gaussian']):+.4f}.."
+                     f"{max(d['gaussian']):+.4f}, trained-like {min(d['trained_like']):+.4f}.."
+                     f"{max(d['trained_like']):+.4f} (over {len(shapes)} shapes)")
+    if meets:
+        best = min(meets, key=lambda m: max(pick(w, m[0], m[1], s)["bits_per_weight"]
+                                            for w in ("gaussian", "trained_like") for s in shapes))
+        lines.append(f"cheapest in bits where today's window works: {best[0]} {best[1]}")
+    zc = [r for r in rows if r["granularity"] == "matrix" and r["window_kind"] == "top8" and r["retried_groups"]]
+    lines.append(f"today's per-matrix top8 retries with class 0 (an inexact tiny weight) on {len(zc)} of "
+                 f"{len(GENERATORS) * len(shapes)} matrices: " + ", ".join(
+                     f"{r['weights']} {r['shape'][0]}x{r['shape'][1]} {100 * r['exception_rate_first_try']:.4f}%"
+                     f"->{100 * r['exception_rate']:.4f}%" for r in zc))
+    lines.append("decode (emulated bit for bit above): per 16-row block / tile, lab3's decz unchanged with the block's "
+                 "TL / TH (two more words a block; block16_sorted adds an output row index per row); per row, "
+                 "decz_rows: a lane's fragment spans rows g and g + 8, so each half looks up two tables and merges "
+                 "them (10 prmt a fragment instead of 6); a contiguous window's TL / TH come from its base byte by "
+                 "one multiply-add")
+    print("\n# Summary")
+    for ln in lines:
+        print("  " + ln)
+    return lines
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small shapes, no JSON")
@@ -625,7 +661,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     t0 = time.time()
     part1()
-    part2()
+    part2(*((128, 512) if args.quick else (512, 1024)))
     part2b()
     rt = {}
     if not args.quick:     # the study's own matrices at a scored shape, full size
@@ -638,13 +674,14 @@ def main(argv=None):
             if tuple(r["shape"]) == RT_SHAPE else None
     print_table(rows, [shapes[0], shapes[-1]] if args.quick else [(4096, 8192), (8192, 2048)])
     meets = conclude(rows)
-    print(f"\n  granularities meeting the target on every shape: {meets or 'none'}")
+    summary = summarize(rows, meets)
     if not args.quick:
         doc = dict(source="labs/lab7_windows.py", date="2026-12-01", issue=29, target=dict(
             exception_rate=TARGET_RATE, bits_per_weight=TARGET_BITS),
             bits="12 + window bits (top8: 56 per group, contiguous: 8 per group) + side table (64 per exception "
                  "+ 32 x (N + 1)) + block16_sorted's 32-bit row index per row, all / (N K); bits_per_weight_tlth "
                  "counts a top8 window as the 64 bits of TL / TH",
+            summary=summary,
             exact="every exception satisfies fl32(v + c) == W bit for bit (NaN == NaN), after the per-group "
                   "class-0 retry",
             roundtrip=f"pack + decz (per block) / decz_rows (per row) + corrections == W bit for bit, run on the "
