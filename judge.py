@@ -738,13 +738,11 @@ def cpu_checks(sub, layers, log=print):
         if d["dtype"] == "bf16":
             rows = min(d["N"], 512)
             wz = trained_like(rows, d["K"], 7)
-            for kind in ("trained", "rowscaled"):
-                wz = WEIGHTS[kind](rows, d["K"], 7)
-                z = sub.compress(wz)
-                log(f"[cpu] 12-bit format of {name} (first {rows} rows, {kind}): exceptions "
-                    f"{100 * z.n_exc / wz.numel():.4f}%, at most {z.capr} in a row, {z.zero_blocks} zero-class blocks, "
-                    f"rows {'sorted' if z.rowmap is not None else 'as given'}, "
-                    f"{12 + sub.format_bits(z, rows, d['K']):.4f} bit/weight")
+            z = sub.pack_z(wz)
+            rate = z.n_exc / wz.numel()
+            log(f"[cpu] 12-bit format of {name} (first {rows} rows, trained-looking): window {z.window} ({z.mode}), "
+                f"exceptions {100 * rate:.4f}%, at most {z.capr} in a row, side table "
+                f"{sub.side_table_bits(z, rows, d['K']):.4f} bit/w (CSR)")
     return ok
 
 

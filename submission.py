@@ -211,8 +211,7 @@ struct GemvArgs {
   int cl;            // split-K reduction: 0 global ticket, 1 cluster barrier, 2 cluster mbarrier (st.async)
   const void* eptr;  // gemvz: the side table's row offsets, int32 [N + 1]; else unused
   const void* esc;   // gemvz: the side table's entries, int2 {k, fp32 bits of the correction}; else unused
-  const void* win;   // gemvz: each 16-row block's window, uint2 {TL, TH} [N / 16] (its 8 classes, a byte each)
-  const void* rowmap;  // gemvz: int32 [N], row i of the packed weight is output row rowmap[i]; nullptr: the identity
+  uint32_t TL, TH;   // gemvz: the window's 8 classes, 4 bytes each
 };
 // The order is gemv_kernel's parameter list before the struct (x .. cl). The kernels take it as a __grid_constant__
 // parameter: read in place from the parameter space. Taken by plain value, the router's m = 32 kernel (gemv 8, 1, 4,
@@ -573,17 +572,14 @@ __device__ __forceinline__ void cluster_start(int cl, int S) {
 
 // Position p = (r * NB + nb) * 32 + lane of row group rg: value q of the C fragment is
 // (row 16 (rg R + r) + g + 8 (q >> 1), token 8 nb + 2t + (q & 1)). Tokens past M were clamped: never stored.
-// rowmap (gemvz on row-sorted weights): the packed row's output row; nullptr (every other caller): the identity.
 template <bool F32OUT, int NB, int R>
-__device__ __forceinline__ void store_tile(void* __restrict__ out, float4 v, int p, int rg, int M, int N,
-                                           const int* __restrict__ rowmap = nullptr) {
+__device__ __forceinline__ void store_tile(void* __restrict__ out, float4 v, int p, int rg, int M, int N) {
   const int lane = p & 31, nb = (p >> 5) % NB, r = (p >> 5) / NB, g = lane >> 2, t = lane & 3;
   const float rr[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int q = 0; q < 4; q++) {
     const int tok = nb * 8 + 2 * t + (q & 1);
-    const int prow = (rg * R + r) * 16 + g + ((q >> 1) << 3);
-    const int row = rowmap ? __ldg(rowmap + prow) : prow;
+    const int row = (rg * R + r) * 16 + g + ((q >> 1) << 3);
     if (tok < M) {
       if (F32OUT) ((float*)out)[(size_t)tok * N + row] = rr[q];
       else ((bf16*)out)[(size_t)tok * N + row] = __float2bfloat16_rn(rr[q]);
@@ -652,14 +648,14 @@ struct MuseTrace {};  // nothing recorded: an empty argument the compiler drops
 template <bool F32OUT, bool EXC, int NB, int R, int J, int P, int NT>
 __device__ __forceinline__ void combine_store(float4 (&res)[J], MuseTrace& tr_, void* __restrict__ out, float4* cbuf,
                                               float4* __restrict__ ws, int* __restrict__ sem, int rg, int sidx,
-                                              int S, int cl, int M, int N, const int* __restrict__ rowmap = nullptr) {
+                                              int S, int cl, int M, int N) {
   const int tid = threadIdx.x;
   const bool store = cl ? cluster_combine<J, P, NT>(res, cbuf, S, cl) : splitk_combine<J, P, NT>(res, ws, sem, rg, sidx, S);
   TR_C(4)
   if (store) {
 #pragma unroll
     for (int j = 0; j < J; j++)
-      if ((!EXC || tid < NT) && tid + j * NT < P) store_tile<F32OUT, NB, R>(out, res[j], tid + j * NT, rg, M, N, rowmap);
+      if ((!EXC || tid < NT) && tid + j * NT < P) store_tile<F32OUT, NB, R>(out, res[j], tid + j * NT, rg, M, N);
   }
   TR_G(2) TR_C(5) TR_FLUSH(store)
 }
@@ -933,8 +929,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
   float4* __restrict__ ws = static_cast<float4*>(args.ws);
   int* __restrict__ sem = static_cast<int*>(args.sem);
   const int M = args.M, N = args.N, K = args.K, S = args.S, pf = args.pf, cl = args.cl;
-  const uint2* __restrict__ win = static_cast<const uint2*>(args.win);
-  const int* __restrict__ rowmap = static_cast<const int*>(args.rowmap);
+  const uint32_t TL = args.TL, TH = args.TH;
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   constexpr int EC = NB == 4 ? 2 : 4;  // exception chunk: EC entries x NB*4 tokens of x in flight per lane
   constexpr bool LATE = NB >= 2;  // the walk starts once every streaming warp is through its first trip
@@ -1054,13 +1049,6 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
     }
     uint4 z[UG][R][3];
     load_zbatch<UG, R>(z, wp, rstride, 0);
-    uint32_t TL[R], TH[R];  // each row block's window (constant after prepare: read before the wait)
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      const uint2 wv = __ldg(win + rg * R + r);
-      TL[r] = wv.x;
-      TH[r] = wv.y;
-    }
     {
       uint32_t chk = 0;
 #pragma unroll
@@ -1101,7 +1089,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
           }
           TR_ARRIVED(i == 0 && u == 0, z[0][0][0].x, xa[0].x)
 #pragma unroll
-          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, TL[r], TH[r]);
+          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, TL, TH);
         }
         let_exception_warp_go(i);
       }
@@ -1125,7 +1113,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
 #pragma unroll
         for (int u = 0; u < UG; u++)
 #pragma unroll
-          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], TL[r], TH[r]);
+          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], TL, TH);
         let_exception_warp_go(i);
 #pragma unroll
         for (int u = 0; u < UG; u++)
@@ -1163,14 +1151,14 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
       res[j].w += ecorr[r * 16 + pg + 8][nbo * 8 + 2 * pt + 1];
     }
   }
-  combine_store<false, true, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N, rowmap);
+  combine_store<false, true, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
 
 // ---- unpackz_kernel: decode the whole 12-bit stream back to bf16 [N, K] ---------------------------
 // prepare() runs it on every layer it compresses and compares with the weight, bit for bit, so the
 // decoder that runs in gemvz_kernel (decz) is checked on the GPU itself. One thread per (rb, G, lane).
-__global__ void unpackz_kernel(const uint4* __restrict__ w, const uint2* __restrict__ win, uint16_t* __restrict__ out,
-                               int N, int K) {
+__global__ void unpackz_kernel(const uint4* __restrict__ w, uint16_t* __restrict__ out, int N, int K,
+                               uint32_t TL, uint32_t TH) {
   const int KG = K / 64;
   const size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (id >= (size_t)(N / 16) * KG * 32) return;
@@ -1179,7 +1167,6 @@ __global__ void unpackz_kernel(const uint4* __restrict__ w, const uint2* __restr
   const int rb = (int)(blk / KG), G = (int)(blk % KG);
   const uint4* p = w + blk * 96 + lane;
   const uint4 A0 = p[0], A1 = p[32], B = p[64];
-  const uint32_t TL = win[rb].x, TH = win[rb].y;
   const uint4 f[4] = {decz(A0.x, A0.y, B.x, TL, TH), decz(A0.z, A0.w, B.y, TL, TH),
                       decz(A1.x, A1.y, B.z, TL, TH), decz(A1.z, A1.w, B.w, TL, TH)};
 #pragma unroll
@@ -1598,10 +1585,10 @@ int muse_attrs(int kind, const int* t, int* res) {
   return -1;
 }
 
-int unpackz_launch(const void* w, const void* win, void* out, int N, int K, cudaStream_t st) {
+int unpackz_launch(const void* w, void* out, int N, int K, uint32_t TL, uint32_t TH, cudaStream_t st) {
   const size_t threads = (size_t)(N / 16) * (K / 64) * 32;
   return launch_pdl(unpackz_kernel, dim3((unsigned)((threads + 255) / 256)), dim3(256), st, false, 1, 0, -1,
-                    (const uint4*)w, (const uint2*)win, (uint16_t*)out, N, K);
+                    (const uint4*)w, (uint16_t*)out, N, K, TL, TH);
 }
 """
 # ---- END GENERATED ----
@@ -1638,8 +1625,7 @@ struct GemvArgs {
   int cl;            // split-K reduction: 0 global ticket, 1 cluster barrier, 2 cluster mbarrier (st.async)
   const void* eptr;  // gemvz: the side table's row offsets, int32 [N + 1]; else unused
   const void* esc;   // gemvz: the side table's entries, int2 {k, fp32 bits of the correction}; else unused
-  const void* win;   // gemvz: each 16-row block's window, uint2 {TL, TH} [N / 16] (its 8 classes, a byte each)
-  const void* rowmap;  // gemvz: int32 [N], row i of the packed weight is output row rowmap[i]; nullptr: the identity
+  uint32_t TL, TH;   // gemvz: the window's 8 classes, 4 bytes each
 };
 // The order is gemv_kernel's parameter list before the struct (x .. cl). The kernels take it as a __grid_constant__
 // parameter: read in place from the parameter space. Taken by plain value, the router's m = 32 kernel (gemv 8, 1, 4,
@@ -1649,7 +1635,7 @@ struct GemvArgs {
 
 int muse_launch(int kind, const int* t, const GemvArgs& a, int co, bool pdl, cudaStream_t st);
 int muse_attrs(int kind, const int* t, int* res);
-int unpackz_launch(const void* w, const void* win, void* out, int N, int K, cudaStream_t st);
+int unpackz_launch(const void* w, void* out, int N, int K, uint32_t TL, uint32_t TH, cudaStream_t st);
 
 namespace py = pybind11;
 
@@ -1698,8 +1684,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // module_local: every variant build (tools, tests) defines its own Launch; pybind11 would refuse a second global one
   py::class_<Launch>(m, "Launch", py::module_local(), "one planned launch: Launch(...)(x_ptr, out_ptr, M, stream, pdl)")
       .def(py::init([](int kind, std::vector<int> t, uintptr_t w, uintptr_t w2, uintptr_t eptr, uintptr_t esc,
-                       uintptr_t ws, uintptr_t sem, int N, int K, int S, int pf, int cl, uintptr_t win,
-                       uintptr_t rowmap, int co) {
+                       uintptr_t ws, uintptr_t sem, int N, int K, int S, int pf, int cl, uint32_t TL, uint32_t TH,
+                       int co) {
              GemvArgs a{};
              a.w = reinterpret_cast<const void*>(w);
              a.w2 = reinterpret_cast<const void*>(w2);
@@ -1707,14 +1693,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              a.esc = reinterpret_cast<const void*>(esc);
              a.ws = reinterpret_cast<void*>(ws);
              a.sem = reinterpret_cast<void*>(sem);
-             a.win = reinterpret_cast<const void*>(win);
-             a.rowmap = reinterpret_cast<const void*>(rowmap);
-             a.N = N, a.K = K, a.S = S, a.pf = pf, a.cl = cl;
+             a.N = N, a.K = K, a.S = S, a.pf = pf, a.cl = cl, a.TL = TL, a.TH = TH;
              return Launch{kind, checked_template(kind, std::move(t)), a, co};
            }),
            py::arg("kind"), py::arg("t"), py::arg("w"), py::arg("w2"), py::arg("eptr"), py::arg("esc"), py::arg("ws"),
-           py::arg("sem"), py::arg("N"), py::arg("K"), py::arg("S"), py::arg("pf"), py::arg("cl"), py::arg("win"),
-           py::arg("rowmap"), py::arg("co"))
+           py::arg("sem"), py::arg("N"), py::arg("K"), py::arg("S"), py::arg("pf"), py::arg("cl"), py::arg("TL"),
+           py::arg("TH"), py::arg("co"))
       .def("__call__", &Launch::call, py::arg("x"), py::arg("out"), py::arg("M"), py::arg("stream"), py::arg("pdl"))
       .def_readonly("kind", &Launch::kind)
       .def_readonly("t", &Launch::t);
@@ -1725,9 +1709,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     check_rc(rc, config_name(kind, t));
     return {res[0], res[1], res[2], res[3]};
   }, "registers / spill bytes / static smem / max threads of a compiled config; [] if it is not compiled in");
-  m.def("unpackz", [](uintptr_t w, uintptr_t win, uintptr_t out, int N, int K, uintptr_t stream) {
-    const int rc = unpackz_launch(reinterpret_cast<const void*>(w), reinterpret_cast<const void*>(win),
-                                  reinterpret_cast<void*>(out), N, K, reinterpret_cast<cudaStream_t>(stream));
+  m.def("unpackz", [](uintptr_t w, uintptr_t out, int N, int K, uint32_t TL, uint32_t TH, uintptr_t stream) {
+    const int rc = unpackz_launch(reinterpret_cast<const void*>(w), reinterpret_cast<void*>(out), N, K, TL, TH,
+                                  reinterpret_cast<cudaStream_t>(stream));
     if (rc) check_rc(rc, "unpackz");
   }, "decode a 12-bit stream to bf16 [N, K] (prepare's check)");
 }
@@ -1920,17 +1904,14 @@ def split_hi_lo(w32):
 #
 # A bf16 is s | e7..e0 | m6..m0. Its low byte (e0 + 7 mantissa bits) is stored verbatim (8 bits). Its high
 # byte minus the sign, the "class" e7..e1 (7 bits, a factor-4 range of magnitudes), is stored as a 3-bit
-# index into an 8-entry window of classes, and the sign as a 4th bit: 12 bits per weight, fixed rate. Each 16-row
-# block (the kernel's row block) has its own window: the 8 most common classes of its weights (ties to the smaller
-# class), 8 bytes a block (win: TL, TH, the two words decz takes). Rows of different scale (norms or per-channel
-# scales folded into a weight) get the binades they use when prepare sorts them by their most common class first
-# (rowmap: the kernel stores row i of the sorted matrix at output row rowmap[i]); see FINDINGS.md, section 18.
+# index into an 8-entry window of classes chosen per matrix from its class histogram (the 8 most common),
+# and the sign as a 4th bit: 12 bits per weight, fixed rate.
 #
-# Out-of-window weights (exceptions) are stored as a fixed in-window value v (+0 when the block's window holds
-# class 0, else its smallest class with W's sign, low byte 0) plus an fp32 correction c = fl(W - v) in a side
-# table; a block whose exceptions are not all exact (fl(v + c) == W bit for bit) takes class 0 into its window
-# (v = +0 and c = W always works). So the streamed stream never branches, and a one-hot probe on an exception
-# column returns v + c = W exactly.
+# Out-of-window weights (exceptions) are stored as a fixed in-window value v (+0 when the window holds class
+# 0, else the smallest class with W's sign, low byte 0) plus an fp32 correction c = fl(W - v) in a side
+# table; prepare accepts the matrix only if fl(v + c) == W bit for bit for every exception (else it retries
+# with class 0 in the window, where v = +0 and c = W always works; else the plain path). So the streamed
+# stream never branches, and a one-hot probe on an exception column returns v + c = W exactly.
 #
 # Layout per (16-row block rb, 64-wide group G): 96 units of 16 B = 1536 B (vs 2048 B of bf16)
 #   units  0..31  A0[lane]: low bytes of fragment f0 (j0..j7) then f1 (j0..j7)
@@ -1945,106 +1926,90 @@ def split_hi_lo(w32):
 # ===================================================================================================
 ZSIGN_BIT = (7, 15, 23, 31, 3, 11, 19, 27)   # code-word bit that holds the sign of fragment element j
 
-# window [N/16, 8] (each block's classes, ascending), win int32 [N/16, 2] (its TL, TH), zero_blocks (blocks whose
-# window holds class 0 because their 8 most common classes left an exception inexact), rowmap (None, or int32 [N]:
-# the packed matrix's row i is the weight's row rowmap[i])
-ZPack = collections.namedtuple("ZPack", "stream eptr esc capr window win zero_blocks n_exc exc_cols rowmap",
-                               defaults=(None,))
+ZPack = collections.namedtuple("ZPack", "stream eptr esc capr window TL TH mode n_exc exc_cols")
 
 
-def format_bits(z, N, K):
-    """Bits per weight beyond the 12 of the stream: the side table (CSR: eptr [N + 1] int32 + esc [n_exc] int2),
-    the windows (64 bits per 16-row block) and the row map (32 bits per row, when rows were sorted)."""
-    return (64 * z.n_exc + 32 * (N + 1) + 64 * (N // 16) + (32 * N if z.rowmap is not None else 0)) / (N * K)
+def side_table_bits(z, N, K):
+    """Bits per weight of the exception side table (CSR: eptr [N + 1] int32 + esc [n_exc] int2)."""
+    return (64 * z.n_exc + 32 * (N + 1)) / (N * K)
 
 
-def block_windows(cls, zero):
-    """The 8 window classes (ascending) of every 16-row block from the weights' classes cls int [N, K]: its most
-    common classes, ties to the smaller class (a stable sort); where zero[b], class 0 and the 7 most common others.
-    Returns int64 [N/16, 8]."""
-    N = cls.shape[0]
-    NB = N // 16
-    hist = torch.zeros(NB * 128, dtype=torch.int64, device=cls.device)
-    blk = torch.arange(NB, device=cls.device).repeat_interleave(16)[:, None] * 128
-    hist.index_add_(0, (blk + cls).flatten(), torch.ones(cls.numel(), dtype=torch.int64, device=cls.device))
-    hist = hist.view(NB, 128)
-    forced = hist.clone()
-    forced[:, 0] = torch.iinfo(torch.int64).max          # class 0 first where zero[b]
-    h = torch.where(zero[:, None], forced, hist)
-    return torch.sort(torch.sort(-h, dim=1, stable=True).indices[:, :8], dim=1).values
+def _window_words(window):
+    tl = window[0] | window[1] << 8 | window[2] << 16 | window[3] << 24
+    th = window[4] | window[5] << 8 | window[6] << 16 | window[7] << 24
+    return tl, th
 
 
-def window_words(window):
-    """int32 [NB, 2]: bytes 0..3 and 4..7 of each window (TL, TH as decz takes them)."""
-    w = window.to(torch.int64)
-    sh = torch.tensor([0, 8, 16, 24], dtype=torch.int64, device=w.device)
-    words = torch.stack([(w[:, 4 * h:4 * h + 4] << sh).sum(1) for h in (0, 1)], dim=1)
-    return torch.where(words >= 2 ** 31, words - 2 ** 32, words).to(torch.int32)
+def zwindow(hist, with_zero):
+    """The 8 window classes (ascending) from a 128-bin class histogram: the most common classes; with_zero
+    forces class 0 in (so exceptions can decode to +0). Ties go to the smaller class (stable sort)."""
+    order = torch.sort(-hist.cpu().to(torch.int64), stable=True).indices.tolist()
+    if with_zero:
+        chosen = [0] + [c for c in order if c != 0][:7]
+    else:
+        chosen = order[:8]
+    return sorted(chosen)
 
 
 def pack_z(w, with_zero=None):
     """Compress bf16 W [N, K] (N % 16 == 0, K % 64 == 0) to the 12-bit format; torch ops, CPU or GPU.
 
-    Returns ZPack(stream uint8 [N/16, K/64, 1536], eptr int32 [N + 1], esc int32 [max(n_exc, 1), 2], capr, window
-    int64 [N/16, 8], win int32 [N/16, 2], zero_blocks, n_exc, exc_cols (sorted unique k of exceptions), rowmap None).
+    Returns ZPack(stream uint8 [N/16, K/64, 1536], eptr int32 [N + 1], esc int32 [max(n_exc, 1), 2], capr,
+    window (8 classes), TL, TH, mode ('8-class' or 'zero-class'), n_exc, exc_cols (sorted unique k of exceptions)).
     The side table is CSR: row r's exceptions are esc[eptr[r]:eptr[r + 1]] = {k, fp32 bits of the correction},
     k ascending; capr is the largest count of one row.
     NaN weights come back as NaN at the same positions; a signalling NaN's payload comes back quiet (the
     correction W - v is computed in fp32), which no GEMV output can observe.
-    with_zero=None gives each block its 8 most common classes and, where an exception of the block is not exactly
-    v + c, the zero-class window instead; True / False force one kind for every block (False raises on an inexact
-    exception).
+    with_zero=None tries the 8 most common classes first and falls back to a window with class 0 if an
+    exception is not exactly v + c; True / False force one mode (then inexact exceptions raise).
     """
     N, K = w.shape
     if w.dtype != torch.bfloat16:
         raise TypeError(f"pack_z needs a bf16 weight, got {w.dtype}")
     if N % 16 or K % 64:
         raise ValueError(f"pack_z needs N % 16 == 0 and K % 64 == 0, got N={N}, K={K}")
-    dev = w.device
     bits = w.contiguous().view(torch.int16).to(torch.int32) & 0xFFFF
     cls = (bits >> 8) & 0x7F
-    sgn = (bits >> 15) & 1
-    lo = bits & 0xFF
-    NB = N // 16
-    blk_of_row = torch.arange(N, device=dev) // 16
-    zero = torch.full((NB,), bool(with_zero), dtype=torch.bool, device=dev)
-    for attempt in range(2):
-        window = block_windows(cls, zero)
-        lut = torch.full((NB, 128), -1, dtype=torch.int32, device=dev)
-        lut.scatter_(1, window, torch.arange(8, dtype=torch.int32, device=dev).expand(NB, 8).contiguous())
-        idx = lut[blk_of_row[:, None], cls]
+    hist = torch.bincount(cls.flatten(), minlength=128)
+    modes = [False, True] if with_zero is None else [bool(with_zero)]
+    for zero in modes:
+        window = zwindow(hist, zero)
+        lut = torch.full((128,), -1, dtype=torch.int32, device=w.device)
+        lut[torch.tensor(window, device=w.device)] = torch.arange(8, dtype=torch.int32, device=w.device)
+        idx = lut[cls]
         exc = idx < 0
-        # the value v an exception decodes to: +0 where the block's window holds class 0 (then its entry 0), else
-        # the block's smallest class (entry 0) with W's sign, low byte 0
-        has0 = window[:, 0] == 0
+        sgn = (bits >> 15) & 1
+        lo = bits & 0xFF
+        # the value v an exception decodes to
+        if 0 in window:
+            v_idx, v_sgn = window.index(0), torch.zeros_like(sgn)
+        else:
+            v_idx, v_sgn = 0, sgn
+        v_bits = (v_sgn << 15) | (window[v_idx] << 8)
         ex_r, ex_k = torch.nonzero(exc, as_tuple=True)            # row-major: each row's k ascending
-        eb = blk_of_row[ex_r]
-        v_sgn = torch.where(has0[eb], torch.zeros_like(ex_r), sgn[ex_r, ex_k].long())
-        v_bits = (v_sgn << 15) | (window[eb, 0] << 8)
-        v = v_bits.to(torch.int32).to(torch.int16).view(torch.bfloat16).float()
-        target = w[ex_r, ex_k].float()
+        wf = w.float()
+        v = (v_bits[ex_r, ex_k].to(torch.int16)).view(torch.bfloat16).float()
+        target = wf[ex_r, ex_k]
         corr = target - v
         back = v + corr
         ok = (back.view(torch.int32) == target.view(torch.int32)) | (torch.isnan(back) & torch.isnan(target))
-        bad = torch.zeros(NB, dtype=torch.bool, device=dev)
-        bad[eb[~ok]] = True
-        if not bool(bad.any()):
+        if bool(ok.all()):
             break
-        if with_zero is not None or attempt:
-            raise ValueError(f"{int((~ok).sum())} exceptions are not exact as v + correction in "
-                             f"{int(bad.sum())} block(s) with {'zero-class' if with_zero else '8-class'} windows")
-        zero = zero | bad
-    idx = torch.where(exc, torch.zeros_like(idx), idx)                  # entry 0: class 0 or the smallest class
-    sgn = torch.where(exc & has0[blk_of_row][:, None], torch.zeros_like(sgn), sgn)
+        if with_zero is not None:
+            raise ValueError(f"{int((~ok).sum())} exceptions are not exact as v + correction in mode "
+                             f"{'zero-class' if zero else '8-class'}")
+    mode = "zero-class" if zero else "8-class"
+    idx = torch.where(exc, torch.full_like(idx, v_idx), idx)
+    sgn = torch.where(exc, v_sgn, sgn)
     lo = torch.where(exc, torch.zeros_like(lo), lo)
 
     # exception table, CSR: the exceptions in row-major order (each row's k ascending) and the row offsets
     n_exc = int(ex_r.numel())
-    counts = torch.bincount(ex_r, minlength=N) if n_exc else torch.zeros(N, dtype=torch.int64, device=dev)
+    counts = torch.bincount(ex_r, minlength=N) if n_exc else torch.zeros(N, dtype=torch.int64, device=w.device)
     capr = int(counts.max()) if n_exc else 0
-    eptr = torch.zeros(N + 1, dtype=torch.int32, device=dev)
+    eptr = torch.zeros(N + 1, dtype=torch.int32, device=w.device)
     eptr[1:] = torch.cumsum(counts, 0).to(torch.int32)
-    esc = torch.zeros((max(n_exc, 1), 2), dtype=torch.int32, device=dev)
+    esc = torch.zeros((max(n_exc, 1), 2), dtype=torch.int32, device=w.device)
     if n_exc:
         esc[:n_exc, 0] = ex_k.to(torch.int32)
         esc[:n_exc, 1] = corr.view(torch.int32)
@@ -2062,7 +2027,8 @@ def pack_z(w, with_zero=None):
     codes = word.permute(0, 1, 3, 2).contiguous().view(torch.uint8)                   # [RB, KG, 32, 16]
     a = lo_f.view(RB, KG, 2, 2, 32, 8).permute(0, 1, 2, 4, 3, 5).reshape(RB, KG, 2, 32, 16)
     stream = torch.cat([a[:, :, 0], a[:, :, 1], codes], dim=2).reshape(RB, KG, 1536).contiguous()
-    return ZPack(stream, eptr, esc, capr, window, window_words(window), int(zero.sum()), n_exc, exc_cols)
+    tl, th = _window_words(window)
+    return ZPack(stream, eptr, esc, capr, window, tl, th, mode, n_exc, exc_cols)
 
 
 # ===================================================================================================
@@ -2560,8 +2526,8 @@ class Layer:
     def bytes_read(self, m):
         """Weight bytes one call at this m streams from memory (what the kernel really reads)."""
         p = self.plan(m)
-        if p.path == "compressed":   # the stream and what format_bits counts (side table, windows, row map)
-            return self.z.stream.numel() + round(format_bits(self.z, self.N, self.K) * self.N * self.K / 8)
+        if p.path == "compressed":
+            return self.z.stream.numel() + 8 * self.z.n_exc + 4 * (self.N + 1)
         if p.path in ("plain", "triton"):
             return 2 * self.N * self.K * (2 if self.dual else 1)
         return self.weight.numel() * self.weight.element_size()
@@ -2608,8 +2574,7 @@ class Layer:
             lr = self._ext.Launch(kind=KINDS.index(kind), t=[int(v) for v in t], w=ptr(w),
                                   w2=ptr(self.w2 if kind == "gemv" else None), eptr=ptr(z and z.eptr),
                                   esc=ptr(z and z.esc), ws=ptr(self.ws), sem=ptr(self.sem), N=self.N, K=self.K, S=c.s,
-                                  pf=getattr(c, "pf", 0), cl=c.cl, win=ptr(z and z.win), rowmap=ptr(z and z.rowmap),
-                                  co=c.co)
+                                  pf=getattr(c, "pf", 0), cl=c.cl, TL=z.TL if z else 0, TH=z.TH if z else 0, co=c.co)
             self._launches[m] = lr
         return lr
 
@@ -2701,11 +2666,9 @@ class Layer:
         if self.z is not None:
             z = self.z
             rate = z.n_exc / (self.N * self.K)
-            nwin = len({tuple(r) for r in z.window.tolist()})
-            lines.append(f"  12-bit format: a window per 16-row block ({nwin} distinct, {z.zero_blocks} with class 0"
-                         f"{', rows sorted by their most common class' if z.rowmap is not None else ''}), "
-                         f"{z.n_exc} exceptions ({100 * rate:.4f}%), at most {z.capr} in a row, "
-                         f"{12 + format_bits(z, self.N, self.K):.4f} bit/weight; decode check on the GPU passed")
+            lines.append(f"  12-bit format: window classes {z.window} ({z.mode}), {z.n_exc} exceptions "
+                         f"({100 * rate:.4f}%), at most {z.capr} in a row, side table "
+                         f"{side_table_bits(z, self.N, self.K):.4f} bit/weight; decode check on the GPU passed")
         else:
             lines.append(f"  12-bit format: {self.z_note}")
         ms = list(range(1, MAX_M + 1))
@@ -2796,39 +2759,11 @@ class _NoCompression(Exception):
     pass
 
 
-def row_order(w):
-    """The rows of bf16 w [N, K] sorted by their most common class (stable): rows of one scale end up in the same
-    16-row blocks, so each block's window covers its rows' binades (row-scaled weights: 0.27% exceptions with
-    per-block windows in the weights' own order, 0.016% sorted; FINDINGS.md section 18). int64 [N]."""
-    cls = ((w.view(torch.int16).to(torch.int32) >> 8) & 0x7F)
-    return torch.argsort(torch.mode(cls, dim=1).values, stable=True)
-
-
-# prepare sorts the rows (pack_z of w[row_order(w)], rowmap) when the weights' own order leaves more than this share
-# of them out of window and the sorted order has at most SORT_GAIN times as many exceptions.
-SORT_ABOVE_RATE = 0.0002
-SORT_GAIN = 0.5
-
-
-def compress(w):
-    """pack_z of w, or of w with its rows sorted (row_order; the ZPack's rowmap says where each row goes) where that
-    leaves far fewer weights out of window. ValueError from pack_z if neither is exact."""
-    N, K = w.shape
-    z = pack_z(w)
-    if z.n_exc / (N * K) > SORT_ABOVE_RATE:
-        perm = row_order(w)
-        zs = pack_z(w[perm].contiguous())
-        if zs.n_exc <= SORT_GAIN * z.n_exc:
-            return zs._replace(rowmap=perm.to(torch.int32))
-    return z
-
-
 def _compress_verified(w, ext=None):
-    """compress + the GPU decode check (with ext's unpackz; default the shipped build); raises _NoCompression with
-    the reason when the format does not pay."""
+    """pack_z + the GPU decode check (with ext's unpackz; default the shipped build); raises _NoCompression with the reason when the format does not pay."""
     N, K = w.shape
     try:
-        z = compress(w)
+        z = pack_z(w)
     except ValueError as e:
         raise _NoCompression(str(e))
     rate = z.n_exc / (N * K)
@@ -2843,13 +2778,10 @@ def _compress_verified(w, ext=None):
 
 def verify_z(w, z, ext=None):
     """Decode z on the GPU with the kernel's own decz (ext's unpackz_kernel; default the shipped build) and compare
-    with w (its rows in z's order: w[z.rowmap]) bit for bit (exceptions: v + c). Returns '' when exact, else a
-    description of the first mismatch."""
+    with w bit for bit (exceptions: v + c). Returns '' when exact, else a description of the first mismatch."""
     N, K = w.shape
-    if z.rowmap is not None:
-        w = w[z.rowmap.long()]
     dec = torch.empty((N, K), dtype=torch.bfloat16, device=w.device)
-    (shipped_extension() if ext is None else ext).unpackz(z.stream.data_ptr(), z.win.data_ptr(), dec.data_ptr(), N, K,
+    (shipped_extension() if ext is None else ext).unpackz(z.stream.data_ptr(), dec.data_ptr(), N, K, z.TL, z.TH,
                                                           _raw_stream(w.device))
     db = dec.view(torch.int16)
     wb = w.view(torch.int16)

@@ -147,17 +147,14 @@ __device__ __forceinline__ void cluster_start(int cl, int S) {
 
 // Position p = (r * NB + nb) * 32 + lane of row group rg: value q of the C fragment is
 // (row 16 (rg R + r) + g + 8 (q >> 1), token 8 nb + 2t + (q & 1)). Tokens past M were clamped: never stored.
-// rowmap (gemvz on row-sorted weights): the packed row's output row; nullptr (every other caller): the identity.
 template <bool F32OUT, int NB, int R>
-__device__ __forceinline__ void store_tile(void* __restrict__ out, float4 v, int p, int rg, int M, int N,
-                                           const int* __restrict__ rowmap = nullptr) {
+__device__ __forceinline__ void store_tile(void* __restrict__ out, float4 v, int p, int rg, int M, int N) {
   const int lane = p & 31, nb = (p >> 5) % NB, r = (p >> 5) / NB, g = lane >> 2, t = lane & 3;
   const float rr[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int q = 0; q < 4; q++) {
     const int tok = nb * 8 + 2 * t + (q & 1);
-    const int prow = (rg * R + r) * 16 + g + ((q >> 1) << 3);
-    const int row = rowmap ? __ldg(rowmap + prow) : prow;
+    const int row = (rg * R + r) * 16 + g + ((q >> 1) << 3);
     if (tok < M) {
       if (F32OUT) ((float*)out)[(size_t)tok * N + row] = rr[q];
       else ((bf16*)out)[(size_t)tok * N + row] = __float2bfloat16_rn(rr[q]);
@@ -226,14 +223,14 @@ struct MuseTrace {};  // nothing recorded: an empty argument the compiler drops
 template <bool F32OUT, bool EXC, int NB, int R, int J, int P, int NT>
 __device__ __forceinline__ void combine_store(float4 (&res)[J], MuseTrace& tr_, void* __restrict__ out, float4* cbuf,
                                               float4* __restrict__ ws, int* __restrict__ sem, int rg, int sidx,
-                                              int S, int cl, int M, int N, const int* __restrict__ rowmap = nullptr) {
+                                              int S, int cl, int M, int N) {
   const int tid = threadIdx.x;
   const bool store = cl ? cluster_combine<J, P, NT>(res, cbuf, S, cl) : splitk_combine<J, P, NT>(res, ws, sem, rg, sidx, S);
   TR_C(4)
   if (store) {
 #pragma unroll
     for (int j = 0; j < J; j++)
-      if ((!EXC || tid < NT) && tid + j * NT < P) store_tile<F32OUT, NB, R>(out, res[j], tid + j * NT, rg, M, N, rowmap);
+      if ((!EXC || tid < NT) && tid + j * NT < P) store_tile<F32OUT, NB, R>(out, res[j], tid + j * NT, rg, M, N);
   }
   TR_G(2) TR_C(5) TR_FLUSH(store)
 }

@@ -97,8 +97,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
   float4* __restrict__ ws = static_cast<float4*>(args.ws);
   int* __restrict__ sem = static_cast<int*>(args.sem);
   const int M = args.M, N = args.N, K = args.K, S = args.S, pf = args.pf, cl = args.cl;
-  const uint2* __restrict__ win = static_cast<const uint2*>(args.win);
-  const int* __restrict__ rowmap = static_cast<const int*>(args.rowmap);
+  const uint32_t TL = args.TL, TH = args.TH;
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   constexpr int EC = NB == 4 ? 2 : 4;  // exception chunk: EC entries x NB*4 tokens of x in flight per lane
   constexpr bool LATE = NB >= 2;  // the walk starts once every streaming warp is through its first trip
@@ -218,13 +217,6 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
     }
     uint4 z[UG][R][3];
     load_zbatch<UG, R>(z, wp, rstride, 0);
-    uint32_t TL[R], TH[R];  // each row block's window (constant after prepare: read before the wait)
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      const uint2 wv = __ldg(win + rg * R + r);
-      TL[r] = wv.x;
-      TH[r] = wv.y;
-    }
     {
       uint32_t chk = 0;
 #pragma unroll
@@ -265,7 +257,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
           }
           TR_ARRIVED(i == 0 && u == 0, z[0][0][0].x, xa[0].x)
 #pragma unroll
-          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, TL[r], TH[r]);
+          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, TL, TH);
         }
         let_exception_warp_go(i);
       }
@@ -289,7 +281,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
 #pragma unroll
         for (int u = 0; u < UG; u++)
 #pragma unroll
-          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], TL[r], TH[r]);
+          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], TL, TH);
         let_exception_warp_go(i);
 #pragma unroll
         for (int u = 0; u < UG; u++)
@@ -327,14 +319,14 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
       res[j].w += ecorr[r * 16 + pg + 8][nbo * 8 + 2 * pt + 1];
     }
   }
-  combine_store<false, true, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N, rowmap);
+  combine_store<false, true, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
 
 // ---- unpackz_kernel: decode the whole 12-bit stream back to bf16 [N, K] ---------------------------
 // prepare() runs it on every layer it compresses and compares with the weight, bit for bit, so the
 // decoder that runs in gemvz_kernel (decz) is checked on the GPU itself. One thread per (rb, G, lane).
-__global__ void unpackz_kernel(const uint4* __restrict__ w, const uint2* __restrict__ win, uint16_t* __restrict__ out,
-                               int N, int K) {
+__global__ void unpackz_kernel(const uint4* __restrict__ w, uint16_t* __restrict__ out, int N, int K,
+                               uint32_t TL, uint32_t TH) {
   const int KG = K / 64;
   const size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (id >= (size_t)(N / 16) * KG * 32) return;
@@ -343,7 +335,6 @@ __global__ void unpackz_kernel(const uint4* __restrict__ w, const uint2* __restr
   const int rb = (int)(blk / KG), G = (int)(blk % KG);
   const uint4* p = w + blk * 96 + lane;
   const uint4 A0 = p[0], A1 = p[32], B = p[64];
-  const uint32_t TL = win[rb].x, TH = win[rb].y;
   const uint4 f[4] = {decz(A0.x, A0.y, B.x, TL, TH), decz(A0.z, A0.w, B.y, TL, TH),
                       decz(A1.x, A1.y, B.z, TL, TH), decz(A1.z, A1.w, B.w, TL, TH)};
 #pragma unroll
