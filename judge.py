@@ -631,14 +631,16 @@ def submission_sha():
 
 
 def git_sha():
-    """The short commit of this checkout (+ '-dirty' if submission.py differs from it); outside a git checkout
-    'file-' + submission_sha()."""
+    """The short commit of this checkout when submission.py is that commit's; else 'file-' + submission_sha() (outside
+    a git checkout, or where the file differs from HEAD: the device tool's copy carries the session's first .git, so
+    its HEAD names an older commit, session 16)."""
     try:
         r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
         if r.returncode == 0 and r.stdout.strip():
             d = subprocess.run(["git", "status", "--porcelain", "submission.py"], cwd=ROOT, capture_output=True,
                                text=True)
-            return r.stdout.strip() + ("-dirty" if d.stdout.strip() else "")
+            if not d.stdout.strip():
+                return r.stdout.strip()
     except OSError:
         pass
     return "file-" + submission_sha()
