@@ -39,7 +39,11 @@ import lab3_compress as lab3
 # Bits per weight = 12 (stream) + window bits / (N K) + side table (64 per exception + 32 per row pointer, N + 1 of
 # them: submission.side_table_bits) / (N K). Window bits per group: 8 classes x 7 bits = 56 ("top8"; the kernel
 # loads them as two 32-bit words TL / TH, 64 bits); "contiguous": one base class (7 bits) + one flag bit for the
-# class-0 variant (below) = 8 bits. block16_sorted also pays a 32-bit output row index per row.
+# class-0 variant (below) = 8 bits. The sorted row orders also pay a 32-bit output row index per row (rowmap).
+#
+# "matrix" is submission.pack_z's format (one window per matrix). Commit 34e5d9f (made while this lab was written)
+# gave every 16-row block its own window and sorted the rows by their most common class where that halves the
+# exceptions (its pack_z / compress / row_order / format_bits): the granularity "block16_autosort" below.
 
 U32 = np.uint32
 OUT_DEFAULT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results",
@@ -48,7 +52,7 @@ TARGET_RATE = 0.0005          # issue #29: <= 0.05% exceptions on row-scaled wei
 TARGET_BITS = 12.05           # ... with windows and side table within 12.05 bits per weight
 WINDOW_BITS = {"top8": 56, "contiguous": 8}
 RT_SHAPE = (2304, 8192)                                  # full-size pack + decode of the study's own matrices
-RT_GRANS = ("matrix", "block16", "block16_sorted", "row")
+RT_GRANS = ("matrix", "block16", "block16_autosort", "row")
 
 
 # %% Weight generators (seeded; bf16 bit patterns, uint16 [N, K]) --------------------------------------------
@@ -137,12 +141,22 @@ def with_specials(W, seed=0, copies=4):
 
 # %% Layout: groups of rows and their windows ---------------------------------------------------------------
 # A granularity assigns every row to a group; the group's class histogram picks its window. Groups are consecutive
-# rows (rows_per_group 0 = the whole matrix, 128 / 64 = a tile, 16 = the kernel's row block, 1 = a row) or, for
-# block16_sorted, consecutive rows of a permutation that sorts the rows by their mean class (the kernel would write
-# output row perm[i] for packed row i).
+# rows (rows_per_group 0 = the whole matrix, submission.pack_z; 128 / 64 = a tile; 16 = the kernel's row block; 1 = a
+# row) or consecutive rows of a permutation (the kernel writes packed row i to output row order[i]: 34e5d9f's
+# rowmap): block16_sorted sorts the rows by their most common class (34e5d9f's row_order key), block16_sorted_mean by
+# their mean class over classes >= 1 (a finer key). block16_autosort is 34e5d9f's compress rule: block16, and
+# block16_sorted where the own order leaves more than SORT_ABOVE_RATE of the weights out of window and sorting keeps
+# at most SORT_GAIN of the exceptions (top8 windows only).
 GRANULARITIES = (("matrix", 0), ("tile128", 128), ("tile64", 64), ("block16", 16), ("block16_sorted", 16),
-                 ("row", 1))
+                 ("block16_sorted_mean", 16), ("block16_autosort", 16), ("row", 1))
 KINDS = ("top8", "contiguous")
+SORTED = {"block16_sorted": "mode", "block16_sorted_mean": "mean"}
+SORT_ABOVE_RATE = 0.0002      # 34e5d9f's SORT_ABOVE_RATE
+SORT_GAIN = 0.5               # 34e5d9f's SORT_GAIN
+
+
+def kinds_of(gran):
+    return ("top8",) if gran == "block16_autosort" else KINDS
 
 
 def classes(W):
@@ -162,8 +176,12 @@ def row_hist(cls):
     return out
 
 
-def row_order(rowhist):
-    """block16_sorted's permutation: rows by their mean class over classes >= 1 (zeros ignored), stable."""
+def row_order(rowhist, key="mode"):
+    """The sorted granularities' permutation (packed row i is W's row order[i]), stable. "mode": by each row's most
+    common class, ties to the smaller class (34e5d9f's row_order: torch.mode); "mean": by its mean class over the
+    classes >= 1 (exact zeros ignored)."""
+    if key == "mode":
+        return np.argsort(np.argmax(rowhist, axis=1), kind="stable")
     c = np.arange(128)
     n = rowhist[:, 1:].sum(1)
     mean = (rowhist[:, 1:] * c[1:]).sum(1) / np.maximum(n, 1)
@@ -296,9 +314,16 @@ def analyze(W, gran, kind, cls=None, rowhist=None):
     N, K = W.shape
     cls = classes(W) if cls is None else cls
     rowhist = row_hist(cls) if rowhist is None else rowhist
+    if gran == "block16_autosort":                                # 34e5d9f's compress: the one or the other
+        a = analyze(W, "block16", kind, cls, rowhist)
+        if a["exception_rate"] > SORT_ABOVE_RATE:
+            b = analyze(W, "block16_sorted", kind, cls, rowhist)
+            if b["n_exc"] <= SORT_GAIN * a["n_exc"]:
+                return dict(b, rows_sorted=True)
+        return dict(a, rows_sorted=False)
     rpg = dict(GRANULARITIES)[gran]
-    order = row_order(rowhist) if gran == "block16_sorted" else np.arange(N)
-    grp = group_of_row(N, rpg, order if gran == "block16_sorted" else None)
+    order = row_order(rowhist, SORTED[gran]) if gran in SORTED else np.arange(N)
+    grp = group_of_row(N, rpg, order if gran in SORTED else None)
     ghist = group_hist(rowhist, grp)
     win = choose_windows(ghist, kind, False)
     n_first = int((rowhist * ~membership(win)[grp]).sum())
@@ -315,13 +340,14 @@ def analyze(W, gran, kind, cls=None, rowhist=None):
     blk = np.add.reduceat(packed, np.arange(0, N, 16))
     side = (64 * n_exc + 32 * (N + 1)) / (N * K)
     wbits = G * WINDOW_BITS[kind] / (N * K)
-    perm = 32 * N / (N * K) if gran == "block16_sorted" else 0.0
+    perm = 32 * N / (N * K) if gran in SORTED else 0.0
     return dict(groups=G, win=win, grp=grp, order=order, per_row=per_row, n_exc=n_exc,
-                exception_rate=n_exc / (N * K), exception_rate_first_try=n_first / (N * K), max_exc_row=int(per_row.max()), max_exc_block16=int(blk.max()),
+                exception_rate=n_exc / (N * K), exception_rate_first_try=n_first / (N * K),
+                max_exc_row=int(per_row.max()), max_exc_block16=int(blk.max()),
                 side_bits=side, window_bits=wbits, perm_bits=perm, bits_per_weight=12 + side + wbits + perm,
                 bits_per_weight_tlth=12 + side + perm + (G * 64 / (N * K) if kind == "top8" else wbits),
                 zero_class_groups=int((win[:, 0] == 0).sum()), retried_groups=int(retry.sum()),
-                inexact_8class=int(bad0.sum()), inexact=int(bad.sum()))
+                inexact_8class=int(bad0.sum()), inexact=int(bad.sum()), rows_sorted=gran in SORTED)
 
 
 # %% Emulation: pack and unpack (pack_z's stream, a window per group) --------------------------------------------
@@ -351,8 +377,8 @@ def pack_groups_np(W, gran="block16", kind="top8"):
     N, K = W.shape
     if N % 16 or K % 64:
         raise ValueError(f"pack needs N % 16 == 0 and K % 64 == 0, got N={N}, K={K}")
-    if gran == "block16_sorted":
-        raise ValueError("pack block16_sorted as pack_groups_np(W[order], 'block16'): see roundtrip_np")
+    if gran in SORTED or gran == "block16_autosort":
+        raise ValueError(f"pack {gran} as pack_groups_np(W[order], 'block16'): see roundtrip_np")
     a = analyze(W, gran, kind)
     grp, win = a["grp"], a["win"]
     G = win.shape[0]
@@ -411,8 +437,10 @@ def unpack_np(z, N, K):
             gl = lane >> 2
             A0, A1, B = lab3.lane_units(z["stream"], lane)
             ab = (TLr[:, gl, None], THr[:, gl, None], TLr[:, gl + 8, None], THr[:, gl + 8, None])
-            frags = [decz_rows(A0[..., 0], A0[..., 1], B[..., 0], *ab), decz_rows(A0[..., 2], A0[..., 3], B[..., 1], *ab),
-                     decz_rows(A1[..., 0], A1[..., 1], B[..., 2], *ab), decz_rows(A1[..., 2], A1[..., 3], B[..., 3], *ab)]
+            frags = [decz_rows(A0[..., 0], A0[..., 1], B[..., 0], *ab),
+                     decz_rows(A0[..., 2], A0[..., 3], B[..., 1], *ab),
+                     decz_rows(A1[..., 0], A1[..., 1], B[..., 2], *ab),
+                     decz_rows(A1[..., 2], A1[..., 3], B[..., 3], *ab)]
             for f in range(4):
                 for j in range(8):
                     row, k = lab3.frag_pos(lane, f, j)
@@ -421,16 +449,34 @@ def unpack_np(z, N, K):
     gb = grp[::16]
     if not np.array_equal(np.repeat(gb, 16), grp):
         raise ValueError("groups must be whole 16-row blocks for decz")
-    return lab3.unpack_z_np(z["stream"], N, K, z["TL"][gb][:, None], z["TH"][gb][:, None])
+    return unpack_blocks_np(z["stream"], N, K, z["TL"][gb], z["TH"][gb])
+
+
+def unpack_blocks_np(stream, N, K, TLb, THb):
+    """Decode the stream with lab3's decz, 16-row block rb with its own words TLb[rb], THb[rb] (broadcast over the
+    block's 64-wide groups), to bf16 bits [N, K] (exceptions still at v)."""
+    RB, KG = N // 16, K // 64
+    TL, TH = np.asarray(TLb, U32)[:, None], np.asarray(THb, U32)[:, None]
+    out = np.zeros((RB, 16, KG, 64), np.uint16)
+    for lane in range(32):
+        frags = lab3.decz_group(*lab3.lane_units(stream, lane), TL, TH)
+        for f in range(4):
+            for j in range(8):
+                row, k = lab3.frag_pos(lane, f, j)
+                out[:, row, :, k] = (frags[f][j >> 1] >> U32(16 * (j & 1))) & U32(0xFFFF)
+    return out.reshape(N, K)
 
 
 def roundtrip_np(W, gran, kind):
     """pack, decode, apply v + c: (back, z); back == W bit for bit (NaN == NaN) when the format is lossless.
-    block16_sorted packs the rows in row_order's order as block16 and puts the decoded rows back (the kernel would
-    store packed row i to output row order[i])."""
+    The sorted granularities (and block16_autosort where it sorts) pack W[order] as block16 and put the decoded rows
+    back (the kernel stores packed row i to output row order[i])."""
     N, K = W.shape
-    if gran == "block16_sorted":
-        order = row_order(row_hist(classes(W)))
+    if gran in SORTED or gran == "block16_autosort":
+        a = analyze(W, gran, kind)
+        if not a["rows_sorted"]:
+            return roundtrip_np(W, "block16", kind)
+        order = a["order"]
         back, z = roundtrip_np(W[order], "block16", kind)
         out = np.empty_like(back)
         out[order] = back
@@ -500,7 +546,7 @@ def part2(N=512, K=1024, grans=None, specials=True):
     for name in GENERATORS:
         W = with_specials(make_weights(name, N, K, seed=1)) if specials else make_weights(name, N, K)
         for gran in grans:
-            for kind in KINDS:
+            for kind in kinds_of(gran):
                 back, z = roundtrip_np(W, gran, kind)
                 a = analyze(W, gran, kind)          # the study's accounting, on W in its own row order
                 counts = z["counts"] if "order" not in z else z["counts"][np.argsort(z["order"])]
@@ -510,7 +556,8 @@ def part2(N=512, K=1024, grans=None, specials=True):
                 results[(name, gran, kind)] = bool(same.all()) and z["bad"] == 0
                 check(z["bad"] == 0 and a["inexact"] == 0,
                       f"{name} {gran} {kind}: every exception's fl32(v + c) == W ({z['n_exc']} exceptions, "
-                      f"{a['retried_groups']} of {a['groups']} groups retried with class 0)")
+                      f"{a['retried_groups']} of {a['groups']} groups retried with class 0"
+                      f"{', rows sorted' if a['rows_sorted'] else ''})")
                 check(np.array_equal(counts, a["per_row"]) and z["n_exc"] == a["n_exc"],
                       f"{name} {gran} {kind}: histogram accounting == element-by-element exceptions per row")
                 check(bool(same.all()), f"{name} {gran} {kind}: decode + corrections == W bit for bit"
@@ -519,7 +566,8 @@ def part2(N=512, K=1024, grans=None, specials=True):
 
 
 def part2b():
-    """One tiny weight forces today's whole matrix into the zero-class window; a per-group retry confines it."""
+    """One tiny weight forces a whole matrix into the zero-class window (submission.pack_z); a per-group
+    retry confines it to the group."""
     print("\n# Part 2b: one tiny weight and the class-0 retry (OPEN.md #12: the judge's unpooler)")
     N, K, r, k, tiny = 1024, 4096, 517, 1234, 0x2E63     # 0x2E63 = 5.2e-11, the one inexact weight of the judge's
     W = make_weights("trained_like", N, K)               # unpooler (trained_like(8192, 4096, seed 1238))
@@ -534,10 +582,9 @@ def part2b():
               f"{a1['groups']} groups retried), {a0['bits_per_weight']:.4f} -> {a1['bits_per_weight']:.4f} bits")
     m0, m1 = out["matrix"]
     check(bool(FAIL[v_row(m0["win"])[0], tiny]) and m1["retried_groups"] == 1 and m1["zero_class_groups"] == 1,
-          f"0x{tiny:04X} against v class {m0['win'][0, 0]}: W - v spans more than 24 bits, so today's matrix "
+          f"0x{tiny:04X} against v class {m0['win'][0, 0]}: W - v spans more than 24 bits, so a per-matrix window "
           f"retries with class 0 and its rate goes {100 * m0['exception_rate']:.4f}% -> "
           f"{100 * m1['exception_rate']:.4f}%")
-    b0, b1 = out["block16"]
     for gran in ("block16", "row"):
         g0, g1 = out[gran]
         check(g1["retried_groups"] <= 1 and g1["n_exc"] - g0["n_exc"] < m1["n_exc"] - m0["n_exc"],
@@ -547,9 +594,15 @@ def part2b():
     return out
 
 
-def part3(shapes, out=None):
-    print(f"\n# Part 3: the study, {len(GENERATORS)} generators x {len(shapes)} shapes x {len(GRANULARITIES)} "
-          f"granularities x {len(KINDS)} window kinds")
+ROW_FIELDS = ("exception_rate", "max_exc_row", "max_exc_block16", "bits_per_weight", "n_exc", "groups", "side_bits",
+              "window_bits", "perm_bits", "bits_per_weight_tlth", "exception_rate_first_try", "zero_class_groups",
+              "retried_groups", "inexact_8class", "rows_sorted")
+
+
+def part3(shapes):
+    n = sum(len(kinds_of(g)) for g, _ in GRANULARITIES)
+    print(f"\n# Part 3: the study, {len(GENERATORS)} generators x {len(shapes)} shapes x {n} (granularity, window "
+          f"kind)")
     rows = []
     t0 = time.time()
     for name in GENERATORS:
@@ -558,17 +611,12 @@ def part3(shapes, out=None):
             cls = classes(W)
             rh = row_hist(cls)
             for gran, _ in GRANULARITIES:
-                for kind in KINDS:
+                for kind in kinds_of(gran):
                     a = analyze(W, gran, kind, cls, rh)
-                    rows.append(dict(weights=name, shape=[N, K], granularity=gran, window_kind=kind,
-                                     exception_rate=a["exception_rate"], max_exc_row=a["max_exc_row"],
-                                     max_exc_block16=a["max_exc_block16"], bits_per_weight=a["bits_per_weight"],
-                                     exact=a["inexact"] == 0, n_exc=a["n_exc"], groups=a["groups"],
-                                     side_bits=a["side_bits"], window_bits=a["window_bits"],
-                                     perm_bits=a["perm_bits"], bits_per_weight_tlth=a["bits_per_weight_tlth"],
-                                     exception_rate_first_try=a["exception_rate_first_try"],
-                                     zero_class_groups=a["zero_class_groups"],
-                                     retried_groups=a["retried_groups"], inexact_8class=a["inexact_8class"]))
+                    row = dict(weights=name, shape=[N, K], granularity=gran, window_kind=kind,
+                               exact=a["inexact"] == 0)
+                    row.update({f: a[f] for f in ROW_FIELDS})
+                    rows.append(row)
             del W, cls, rh
         print(f"  {name}: done ({time.time() - t0:.0f} s)")
     check(all(r["exact"] for r in rows), f"all {len(rows)} study rows: every exception's fl32(v + c) == W "
@@ -576,75 +624,89 @@ def part3(shapes, out=None):
     return rows, time.time() - t0
 
 
+def _pick(rows, w, g, k, s):
+    return next((r for r in rows if r["weights"] == w and tuple(r["shape"]) == tuple(s) and r["granularity"] == g
+                 and r["window_kind"] == k), None)
+
+
 def print_table(rows, shapes):
+    grans = [g for g, _ in GRANULARITIES]
     for shape in shapes:
-        print(f"\n  {shape[0]}x{shape[1]}: exception rate % / bits per weight (max exceptions per row, per 16-row block)")
-        grans = [g for g, _ in GRANULARITIES]
+        print(f"\n  {shape[0]}x{shape[1]}: exception rate % / bits per weight (max exceptions per row, per 16-row "
+              f"block); block16_autosort: * where it sorts the rows")
         for kind in KINDS:
+            gk = [g for g in grans if kind in kinds_of(g)]
             print(f"  [{kind}]")
-            print("  " + f"{'weights':<16}" + "".join(f"{g:>27}" for g in grans))
+            print("  " + f"{'weights':<16}" + "".join(f"{g:>26}" for g in gk))
             for name in GENERATORS:
                 cells = []
-                for g in grans:
-                    r = next(r for r in rows if r["weights"] == name and r["shape"] == list(shape)
-                             and r["granularity"] == g and r["window_kind"] == kind)
+                for g in gk:
+                    r = _pick(rows, name, g, kind, shape)
                     cells.append(f"{100 * r['exception_rate']:.4f}/{r['bits_per_weight']:.4f}"
+                                 f"{'*' if g == 'block16_autosort' and r['rows_sorted'] else ''}"
                                  f" ({r['max_exc_row']},{r['max_exc_block16']})")
-                print("  " + f"{name:<16}" + "".join(f"{c:>27}" for c in cells))
+                print("  " + f"{name:<16}" + "".join(f"{c:>26}" for c in cells))
 
 
 def conclude(rows):
     """Which granularity x kind meets <= 0.05% exceptions at <= 12.05 bits on row-scaled weights (every shape),
-    and what it costs on Gaussian / trained-like weights against today's per-matrix top8."""
+    and what it costs on Gaussian / trained-like weights against the per-matrix window (submission.pack_z) and
+    against 34e5d9f's rule (block16_autosort)."""
     print("\n# Conclusion (issue #29's target: row-scaled weights <= 0.05% exceptions at <= 12.05 bits/weight)")
     shapes = sorted({tuple(r["shape"]) for r in rows})
-    pick = lambda w, g, k, s: next(r for r in rows if r["weights"] == w and tuple(r["shape"]) == s
-                                   and r["granularity"] == g and r["window_kind"] == k)
     meets = []
     for g, _ in GRANULARITIES:
-        for k in KINDS:
-            worst = [max(pick(w, g, k, s)[f] for s in shapes) for w in ("row_scaled_4", "row_scaled_2")
+        for k in kinds_of(g):
+            worst = [max(_pick(rows, w, g, k, s)[f] for s in shapes) for w in ("row_scaled_4", "row_scaled_2")
                      for f in ("exception_rate", "bits_per_weight")]
             ok = worst[0] <= TARGET_RATE and worst[1] <= TARGET_BITS and worst[2] <= TARGET_RATE \
                 and worst[3] <= TARGET_BITS
             if ok:
                 meets.append((g, k))
-            cost = [max(pick(w, g, k, s)["bits_per_weight"] - pick(w, "matrix", "top8", s)["bits_per_weight"]
-                        for s in shapes) for w in ("gaussian", "trained_like")]
-            allw = max(pick(w, g, k, s)["bits_per_weight"] for w in GENERATORS for s in shapes)
-            allr = max(pick(w, g, k, s)["exception_rate"] for w in GENERATORS for s in shapes)
-            print(f"  {g:>15} {k:<10}: row-scaled U[-4,4] worst {100 * worst[0]:.4f}% / {worst[1]:.4f} bits, "
-                  f"U[-2,2] {100 * worst[2]:.4f}% / {worst[3]:.4f}; over today on gaussian {cost[0]:+.4f}, "
-                  f"trained-like {cost[1]:+.4f} bits; worst of all generators {100 * allr:.3f}% / {allw:.4f} bits"
+            cost = {ref: [max(_pick(rows, w, g, k, s)["bits_per_weight"] - _pick(rows, w, ref, "top8", s)
+                              ["bits_per_weight"] for s in shapes) for w in ("gaussian", "trained_like")]
+                    for ref in ("matrix", "block16_autosort")}
+            allw = max(_pick(rows, w, g, k, s)["bits_per_weight"] for w in GENERATORS for s in shapes)
+            allr = max(_pick(rows, w, g, k, s)["exception_rate"] for w in GENERATORS for s in shapes)
+            print(f"  {g:>19} {k:<10}: row-scaled U[-4,4] worst {100 * worst[0]:.4f}% / {worst[1]:.4f} bits, "
+                  f"U[-2,2] {100 * worst[2]:.4f}% / {worst[3]:.4f}; bits over matrix / autosort: gaussian "
+                  f"{cost['matrix'][0]:+.4f} / {cost['block16_autosort'][0]:+.4f}, trained-like "
+                  f"{cost['matrix'][1]:+.4f} / {cost['block16_autosort'][1]:+.4f}; worst generator "
+                  f"{100 * allr:.3f}% / {allw:.4f} bits"
                   + ("   <- meets the target" if ok else ""))
     return meets
 
 
 def summarize(rows, meets):
-    """The printed conclusion (also stored in the JSON): what meets the target, what it costs where today's window
-    already works, and how often today's matrix falls back to the zero-class window."""
+    """The printed conclusion (also stored in the JSON): what meets the target, what it costs where one window per
+    matrix already works, and how often a per-matrix window falls back to the zero-class window."""
     shapes = sorted({tuple(r["shape"]) for r in rows})
-    pick = lambda w, g, k, s: next(r for r in rows if r["weights"] == w and tuple(r["shape"]) == s
-                                   and r["granularity"] == g and r["window_kind"] == k)
-    lines = [f"granularities meeting <= {100 * TARGET_RATE:.2f}% at <= {TARGET_BITS} bits on row-scaled weights "
-             f"(U[-4,4] and U[-2,2]) on every shape: " + (", ".join(f"{g} {k}" for g, k in meets) or "none")]
+    lines = [f"meets <= {100 * TARGET_RATE:.2f}% at <= {TARGET_BITS} bits/weight on row-scaled weights (U[-4,4] and "
+             f"U[-2,2]) on all {len(shapes)} shapes: " + (", ".join(f"{g} {k}" for g, k in meets) or "none")]
     for g, k in meets:
-        d = {w: [pick(w, g, k, s)["bits_per_weight"] - pick(w, "matrix", "top8", s)["bits_per_weight"]
-                 for s in shapes] for w in ("gaussian", "trained_like")}
-        lines.append(f"  {g} {k}: bits over today's per-matrix window: gaussian {min(d['gaussian']):+.4f}.."
-                     f"{max(d['gaussian']):+.4f}, trained-like {min(d['trained_like']):+.4f}.."
-                     f"{max(d['trained_like']):+.4f} (over {len(shapes)} shapes)")
+        d = {(w, ref): [_pick(rows, w, g, k, s)["bits_per_weight"] - _pick(rows, w, ref, "top8", s)["bits_per_weight"]
+                        for s in shapes]
+             for w in ("gaussian", "trained_like") for ref in ("matrix", "block16_autosort")}
+        rs = [_pick(rows, w, g, k, s)["exception_rate"] for w in ("row_scaled_4", "row_scaled_2") for s in shapes]
+        span = {key: f"{min(v):+.4f}..{max(v):+.4f}" for key, v in d.items()}
+        lines.append(f"  {g} {k}: row-scaled {100 * min(rs):.4f}..{100 * max(rs):.4f}%; bits/weight against the "
+                     f"per-matrix window: gaussian {span['gaussian', 'matrix']}, trained-like "
+                     f"{span['trained_like', 'matrix']}; against block16_autosort: gaussian "
+                     f"{span['gaussian', 'block16_autosort']}, trained-like {span['trained_like', 'block16_autosort']}")
     if meets:
-        best = min(meets, key=lambda m: max(pick(w, m[0], m[1], s)["bits_per_weight"]
+        best = min(meets, key=lambda m: max(_pick(rows, w, m[0], m[1], s)["bits_per_weight"]
                                             for w in ("gaussian", "trained_like") for s in shapes))
-        lines.append(f"cheapest in bits where today's window works: {best[0]} {best[1]}")
+        lines.append(f"cheapest in bits on gaussian / trained-like among those: {best[0]} {best[1]}")
     zc = [r for r in rows if r["granularity"] == "matrix" and r["window_kind"] == "top8" and r["retried_groups"]]
-    lines.append(f"today's per-matrix top8 retries with class 0 (an inexact tiny weight) on {len(zc)} of "
-                 f"{len(GENERATORS) * len(shapes)} matrices: " + ", ".join(
+    lines.append(f"a per-matrix top8 window (submission.pack_z) retries with class 0 (one or two inexact "
+                 f"tiny weights) on {len(zc)} of {len(GENERATORS) * len(shapes)} matrices: " + ", ".join(
                      f"{r['weights']} {r['shape'][0]}x{r['shape'][1]} {100 * r['exception_rate_first_try']:.4f}%"
                      f"->{100 * r['exception_rate']:.4f}%" for r in zc))
+    srt = [r for r in rows if r["granularity"] == "block16_autosort" and r["rows_sorted"]]
+    lines.append(f"block16_autosort sorts the rows of {len(srt)} of {len(GENERATORS) * len(shapes)} matrices: "
+                 + ", ".join(sorted({r['weights'] for r in srt})))
     lines.append("decode (emulated bit for bit above): per 16-row block / tile, lab3's decz unchanged with the block's "
-                 "TL / TH (two more words a block; block16_sorted adds an output row index per row); per row, "
+                 "TL / TH (two more words a block; the sorted orders add an output row index per row); per row, "
                  "decz_rows: a lane's fragment spans rows g and g + 8, so each half looks up two tables and merges "
                  "them (10 prmt a fragment instead of 6); a contiguous window's TL / TH come from its base byte by "
                  "one multiply-add")
@@ -679,8 +741,19 @@ def main(argv=None):
         doc = dict(source="labs/lab7_windows.py", date="2026-12-01", issue=29, target=dict(
             exception_rate=TARGET_RATE, bits_per_weight=TARGET_BITS),
             bits="12 + window bits (top8: 56 per group, contiguous: 8 per group) + side table (64 per exception "
-                 "+ 32 x (N + 1)) + block16_sorted's 32-bit row index per row, all / (N K); bits_per_weight_tlth "
-                 "counts a top8 window as the 64 bits of TL / TH",
+                 "+ 32 x (N + 1)) + the sorted orders' 32-bit row index per row, all / (N K); bits_per_weight_tlth "
+                 "counts a top8 window as the 64 bits of TL / TH (34e5d9f's format_bits accounting)",
+            granularities=dict(
+                matrix="one window per matrix (submission.pack_z)", tile128="per 128-row tile",
+                tile64="per 64-row tile", block16="per 16-row block, rows as given (34e5d9f's pack_z)",
+                block16_sorted="per 16-row block, rows sorted by their most common class (34e5d9f's row_order)",
+                block16_sorted_mean="per 16-row block, rows sorted by their mean class over classes >= 1",
+                block16_autosort="34e5d9f's compress: block16, or block16_sorted where the own order leaves > 0.02% "
+                                 "out of window and sorting keeps <= half the exceptions",
+                row="one window per row"),
+            window_kinds=dict(top8="the 8 most common classes of the group, ties to the smaller class (56 bits)",
+                              contiguous="the run of 8 consecutive classes holding the most weights, or class 0 + a "
+                                         "run of 7 where that holds more or an exception is inexact (8 bits)"),
             summary=summary,
             exact="every exception satisfies fl32(v + c) == W bit for bit (NaN == NaN), after the per-group "
                   "class-0 retry",

@@ -1,7 +1,12 @@
 """Lab 7 (windows per matrix / tile / 16-row block / row for the 12-bit format, issue #29): the per-group pack +
-decz + corrections is bit-exact on every generator and on special values, the per-matrix granularity reproduces
-submission.pack_z (window, mode, exceptions, stream), and its bit accounting matches submission.side_table_bits
-(CPU only: MUSE_BUILD=0). Small shapes: the study itself runs as `python labs/lab7_windows.py`."""
+decz + corrections is bit-exact on every generator and on special values, and the lab reproduces whichever format
+submission.py packs (CPU only: MUSE_BUILD=0):
+- one window per matrix (submission.side_table_bits exists): the "matrix" granularity == pack_z (window, mode,
+  exceptions, stream, side table) and its bits == 12 + side_table_bits + one 56-bit window;
+- commit 34e5d9f's format (submission.format_bits / compress exist: a window per 16-row block, rows sorted where that
+  halves the exceptions): "block16" == pack_z, "block16_autosort" == compress, "matrix" == pack_z on one-block
+  matrices, and the bits == 12 + format_bits.
+Small shapes: the study itself runs as `python labs/lab7_windows.py`."""
 import os
 
 os.environ.setdefault("MUSE_BUILD", "0")   # before importing submission: no CUDA build on a CPU machine
@@ -63,7 +68,7 @@ def test_block16_roundtrip_every_generator_with_special_values(name, kind):
 def test_every_granularity_roundtrip_on_row_scaled_and_pruned(gran):
     for name in ("row_scaled_4", "pruned_50"):
         W = lab7.with_specials(lab7.make_weights(name, 128, 256, seed=5), seed=5)
-        for kind in lab7.KINDS:
+        for kind in lab7.kinds_of(gran):
             _assert_lossless(W, gran, kind)
 
 
@@ -138,30 +143,54 @@ def test_contiguous_window_holds_the_most_weights_of_its_form():
         assert cover[g] == max(best8, best7) and zero[g] == (best7 > best8)
 
 
-# ---- the per-matrix granularity is today's pack_z -----------------------------------------------------------
+# ---- the lab's granularities reproduce submission's packer --------------------------------------------------------
+PER_MATRIX = hasattr(submission, "side_table_bits")                         # one window per matrix
+PER_BLOCK = hasattr(submission, "format_bits") and hasattr(submission, "compress")   # 34e5d9f's format
+needs_per_matrix = pytest.mark.skipif(not PER_MATRIX, reason="submission.pack_z is not the per-matrix format")
+needs_per_block = pytest.mark.skipif(not PER_BLOCK, reason="submission.pack_z is not 34e5d9f's per-block format")
+
+
+def test_submission_packs_one_of_the_two_formats():
+    assert PER_MATRIX != PER_BLOCK
+
+
+def _tiny_inexact(W, rows_per_group, row=17):
+    """Whether 0x2E63 at `row` is inexact against its group's 8-class window (v = that window's smallest class)."""
+    N = W.shape[0]
+    grp = lab7.group_of_row(N, rows_per_group)
+    win = lab7.top8_windows(lab7.group_hist(lab7.row_hist(lab7.classes(W)), grp), False)
+    return bool(lab7.FAIL[lab7.v_row(win)[grp[row]], 0x2E63])
 @functools.lru_cache(maxsize=None)
-def _matrix_cases():
+def _cases():
     tiny = lab7.make_weights("trained_like", 256, 1024, seed=8)
-    tiny[17, 33] = 0x2E63                       # the judge's unpooler's inexact tiny weight: zero-class retry
+    tiny[17, 33] = 0x2E63                       # the judge's unpooler's inexact tiny weight: its block retries
+    negz = lab7.make_weights("gaussian", 256, 1024, seed=8)
+    negz[200, 5] = 0x8000                       # -0: never exact as v + c, its block takes class 0
     cases = {n: lab7.make_weights(n, 256, 1024, seed=7) for n in GENS}
-    cases.update(specials=lab7.with_specials(lab7.make_weights("trained_like", 256, 1024, seed=7)), tiny=tiny)
+    cases.update(specials=lab7.with_specials(lab7.make_weights("trained_like", 256, 1024, seed=7)), tiny=tiny,
+                 negzero=negz)
     return cases
 
 
-@pytest.mark.parametrize("case", GENS + ["specials", "tiny"])
+CASES = GENS + ["specials", "tiny", "negzero"]
+
+
+@needs_per_matrix
+@pytest.mark.parametrize("case", CASES)
 def test_matrix_granularity_reproduces_pack_z(case):
-    W = _matrix_cases()[case].copy()
+    W = _cases()[case].copy()
     N, K = W.shape
     z = submission.pack_z(_bf16(W))
     a = lab7.analyze(W, "matrix", "top8")
     assert [int(c) for c in a["win"][0]] == list(z.window)
     assert a["n_exc"] == z.n_exc and a["max_exc_row"] == z.capr
     assert (a["retried_groups"] == 1) == (z.mode == "zero-class")
-    if case == "tiny":
+    if case == "negzero":
         assert z.mode == "zero-class" and a["inexact_8class"] == 1
+    if case == "tiny":
+        assert (z.mode == "zero-class") == _tiny_inexact(W, 0)
     if case == "pruned_50":
-        assert z.mode == "8-class" and a["win"][0, 0] == 0     # class 0 among the 8 most common: no retry
-    # the packer's bytes too: stream, window words, CSR side table
+        assert z.mode == "8-class" and a["win"][0, 0] == 0       # class 0 among the 8 most common: no retry
     p = lab7.pack_groups_np(W, "matrix", "top8")
     assert np.array_equal(p["stream"], z.stream.numpy())
     assert (int(p["TL"][0]), int(p["TH"][0])) == (z.TL, z.TH)
@@ -172,15 +201,81 @@ def test_matrix_granularity_reproduces_pack_z(case):
                                                  rel=0, abs=1e-12)
 
 
-def test_block16_stream_is_pack_z_stream_when_windows_agree():
-    """The per-block stream differs from pack_z's only through window indices: with every block's window equal
-    to the matrix window (block_scaled weights copied so each block has the same classes), the bytes agree."""
-    W1 = lab7.make_weights("gaussian", 16, 512, seed=1)
-    W = np.tile(W1, (4, 1))
-    z = submission.pack_z(_bf16(W))
-    p = lab7.pack_groups_np(W, "block16", "top8")
-    assert all(list(w) == list(z.window) for w in p["win"])
+def _assert_same_pack(p, z, a):
+    """lab7's pack p (numpy) and analysis a against a ZPack z of the same (row-ordered) matrix."""
+    assert np.array_equal(p["win"], z.window.numpy()) and np.array_equal(a["win"], z.window.numpy())
+    assert a["retried_groups"] == z.zero_blocks
+    assert a["n_exc"] == p["n_exc"] == z.n_exc and a["max_exc_row"] == z.capr
     assert np.array_equal(p["stream"], z.stream.numpy())
+    assert np.array_equal(np.stack([p["TL"], p["TH"]], 1).view(np.int32), z.win.numpy())
+    assert np.array_equal(p["eptr"], z.eptr.numpy()) and np.array_equal(p["esc"], z.esc.numpy())
+
+
+@needs_per_block
+@pytest.mark.parametrize("case", CASES)
+def test_block16_granularity_reproduces_pack_z(case):
+    W = _cases()[case].copy()
+    N, K = W.shape
+    z = submission.pack_z(_bf16(W))
+    a = lab7.analyze(W, "block16", "top8")
+    _assert_same_pack(lab7.pack_groups_np(W, "block16", "top8"), z, a)
+    if case == "negzero":
+        assert z.zero_blocks == 1 and a["inexact_8class"] == 1
+    if case == "tiny":     # inexact where the block's window starts at class 55 or above (W - v > 24 bits)
+        assert z.zero_blocks == int(_tiny_inexact(W, 16))
+    # bits: submission.format_bits counts each block's window as its 64 bits of TL / TH
+    assert a["bits_per_weight_tlth"] == pytest.approx(12 + submission.format_bits(z, N, K), rel=0, abs=1e-12)
+    assert a["side_bits"] == pytest.approx((64 * z.n_exc + 32 * (N + 1)) / (N * K), rel=0, abs=1e-15)
+
+
+@needs_per_block
+@pytest.mark.parametrize("case", ["gaussian", "trained_like", "row_scaled_4", "row_scaled_2", "block_scaled_64",
+                                  "tiny"])
+def test_autosort_granularity_reproduces_compress(case):
+    W = _cases()[case].copy()
+    N, K = W.shape
+    z = submission.compress(_bf16(W))
+    a = lab7.analyze(W, "block16_autosort", "top8")
+    assert a["rows_sorted"] == (z.rowmap is not None)
+    if case.startswith("row_scaled"):
+        assert a["rows_sorted"]                    # the case compress's sort is for
+    if a["rows_sorted"]:
+        assert np.array_equal(a["order"], z.rowmap.numpy())
+        assert np.array_equal(lab7.row_order(lab7.row_hist(lab7.classes(W))), submission.row_order(_bf16(W)).numpy())
+    Wp = W[a["order"]]
+    _assert_same_pack(lab7.pack_groups_np(Wp, "block16", "top8"), z, lab7.analyze(Wp, "block16", "top8"))
+    assert a["n_exc"] == z.n_exc and a["max_exc_row"] == z.capr
+    assert a["bits_per_weight_tlth"] == pytest.approx(12 + submission.format_bits(z, N, K), rel=0, abs=1e-12)
+    back, _ = lab7.roundtrip_np(W, "block16_autosort", "top8")
+    assert lab3.same_bits(back, W).all()
+
+
+@needs_per_block
+@pytest.mark.parametrize("case", ["gaussian", "pruned_50", "tiny", "negzero", "specials"])
+def test_matrix_granularity_is_pack_z_on_one_block(case):
+    """One window per matrix is 34e5d9f's per-block rule applied to the whole matrix: on a matrix of one 16-row block,
+    and on one whose blocks are copies of one block, the two agree byte for byte."""
+    W = _cases()[case]
+    one = W[:16].copy()
+    if case in ("tiny", "negzero"):
+        one[3, 7] = 0x2E63 if case == "tiny" else 0x8000
+    for M in (one, np.tile(one, (4, 1))):
+        N, K = M.shape
+        z = submission.pack_z(_bf16(M))
+        a = lab7.analyze(M, "matrix", "top8")
+        assert all(w == [int(c) for c in a["win"][0]] for w in z.window.tolist())
+        assert a["n_exc"] == z.n_exc and a["max_exc_row"] == z.capr
+        assert (a["retried_groups"] == 1) == (z.zero_blocks == N // 16)
+        if case == "negzero":
+            assert a["retried_groups"] == 1 and a["inexact_8class"] == N // 16
+        p = lab7.pack_groups_np(M, "matrix", "top8")
+        assert np.array_equal(p["stream"], z.stream.numpy())
+        assert np.array_equal(p["eptr"], z.eptr.numpy()) and np.array_equal(p["esc"], z.esc.numpy())
+        # bits: the per-matrix accounting is format_bits less the per-block windows plus one 56-bit window
+        assert a["bits_per_weight"] == pytest.approx(
+            12 + submission.format_bits(z, N, K) - 64 * (N // 16) / (N * K) + 56 / (N * K), rel=0, abs=1e-12)
+    if case == "pruned_50":
+        assert a["win"][0, 0] == 0 and a["retried_groups"] == 0   # class 0 among the 8 most common: no retry
 
 
 # ---- the study's accounting ----------------------------------------------------------------------------------
@@ -188,13 +283,13 @@ def test_bits_per_weight_accounting():
     W = lab7.make_weights("row_scaled_4", 256, 1024, seed=2)
     N, K = W.shape
     for gran in GRANS:
-        for kind in lab7.KINDS:
+        for kind in lab7.kinds_of(gran):
             a = lab7.analyze(W, gran, kind)
             wb = a["groups"] * lab7.WINDOW_BITS[kind]
-            pb = 32 * N if gran == "block16_sorted" else 0
+            pb = 32 * N if a["rows_sorted"] else 0
             assert a["bits_per_weight"] == pytest.approx(12 + (64 * a["n_exc"] + 32 * (N + 1) + wb + pb) / (N * K))
             assert a["groups"] == {"matrix": 1, "tile128": 2, "tile64": 4, "block16": 16, "block16_sorted": 16,
-                                   "row": 256}[gran]
+                                   "block16_sorted_mean": 16, "block16_autosort": 16, "row": 256}[gran]
             assert a["max_exc_row"] <= a["max_exc_block16"] <= 16 * a["max_exc_row"]
 
 
