@@ -8,11 +8,13 @@ SANITIZE_MIN=1: only the smallest cl=2 case (device.sh stage racemin); SANITIZE_
 at m=32, uneven split-K through the ticket (S=3) feeding a layer split through a cluster (S=2, cl=1; cl=2 with
 SANITIZE_CL unset), the first layer twice in a row, all under PDL."""
 import os
+import sys
 
 import torch
 
-import judge
-import submission as S
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repo root: `python3 tools/x.py`
+import judge  # noqa: E402
+import submission as S  # noqa: E402
 
 dev = "cuda"
 
