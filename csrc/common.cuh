@@ -8,7 +8,7 @@
 
 // The warp does not reach griddepcontrol.wait before every load of its first batch has landed: chk folds one
 // word of each load, and a branch on it cannot issue before they are all in registers (its body is harmless if it
-// ever runs). gemvz_kernel does this (tools/ab_define.py, 2026-11-30: pooler m=1 12.55 -> 12.43 us, o_proj m=1
+// ever runs). gemvz_kernel does this (an A/B of compile-time variants, 2026-11-30: pooler m=1 12.55 -> 12.43 us, o_proj m=1
 // 6.75 -> 6.67); gemv_kernel does not (the router went 2.95 -> 3.35 us with it). FINDINGS.md, "PDL".
 __device__ __forceinline__ void land_before_wait(uint32_t chk) {
   if (chk == 0x7fc00123u) asm volatile("nanosleep.u32 1;");

@@ -268,7 +268,7 @@ def exc_chunk(nb):
 
 def gemvz_emulate(stream, eptr, esc, TL, TH, x, N, K, nw, s, ug, corrections=True):
     """y [m, N] as gemvz_kernel<NW=nw, UG=ug, NB> with S = s computes it, in fp32 (returned as float64,
-    before store_tile's bf16 rounding). x: [m, K] values. corrections=False is dbg & 1 (skip them)."""
+    before store_tile's bf16 rounding). x: [m, K] values. corrections=False is a MUSE_SKIP_CORRECTIONS build (skips them)."""
     x = np.asarray(x, np.float64)
     M = x.shape[0]
     NB, NW, S, UG = nb_of(M), nw, s, ug
@@ -437,7 +437,7 @@ def part3():
         check(np.array_equal(bf16_rne(y.astype(np.float32)), W[:, k]),
               f"probe on exception column {k}: y == W[:, {k}] bit for bit (all {N} rows)")
         check(bool(rows) and not np.array_equal(y0, col),
-              f"probe on column {k} with the corrections skipped (dbg & 1) is wrong on rows {rows}")
+              f"probe on column {k} with the corrections skipped (MUSE_SKIP_CORRECTIONS) is wrong on rows {rows}")
 
 
 def main():
