@@ -444,9 +444,11 @@ def special(S, sub, device, names, seed, log):
 
 
 def unknown_shapes(S, sub, device, seed, log):
-    """Shapes in no table: a sound default; and shapes the kernels cannot take fall back (and say so)."""
+    """Shapes in no table: a sound default; shapes the kernels cannot take fall back (and say so); a tabled shape under
+    another name takes that shape's rows (the real judge may name its layers otherwise)."""
     cases = [("mystery", 1040, 3072, torch.bfloat16), ("mystery_fp32", 528, 1536, torch.float32),
-             ("odd_k", 256, 4160, torch.bfloat16), ("unsupported", 100, 1000, torch.bfloat16)]
+             ("odd_k", 256, 4160, torch.bfloat16), ("unsupported", 100, 1000, torch.bfloat16),
+             ("renamed_o_proj", 8192, 2048, torch.bfloat16)]     # o_proj's shape under another name: its rows
     for name, N, K, dt in cases:
         w = trained_like(N, K, seed, device, dt)
         L = sub.prepare(name, w, **PREPARE_KW)

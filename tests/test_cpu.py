@@ -603,3 +603,32 @@ def test_public_and_notables_results_are_named_apart(tmp_path, monkeypatch):
     assert os.path.basename(path) == "shapes-2026-12-01-abc1234-notables.json"
     path, _ = judge.write_result(dict(res, shapes="scored"))
     assert os.path.basename(path) == "judge-2026-12-01-abc1234.json"
+
+
+# ---- the tables follow the shape, not only the name --------------------------------------------------------------
+@pytest.mark.parametrize("name", list(LAYERS))
+@pytest.mark.parametrize("m", ALL_M)
+def test_a_layer_named_otherwise_takes_the_rows_of_its_shape(name, m):
+    # the real judge, or a user's model, may name a scored shape otherwise: the tuned rows follow the shape
+    d = LAYERS[name]
+    dual = d["dtype"] == "fp32"
+    comp = "fp32" if dual else True
+    own = S.plan_for(name, d["N"], d["K"], m, dual, comp)
+    other = S.plan_for("model.layers.7." + name, d["N"], d["K"], m, dual, comp)
+    assert (other.path, other.config) == (own.path, own.config)
+    assert judge.plan_source(other) == "table" and "by shape" in other.why and "by shape" not in own.why
+
+
+def test_the_shape_match_needs_the_same_dtype_and_prefers_the_layers_own_rows():
+    router = LAYERS["router"]
+    p = S.plan_for("x", router["N"], router["K"], 1, False, True)        # the router's shape, but bf16
+    assert judge.plan_source(p) == "planner"
+    ct = {("x", 1): S.GemvConfig(4, 1, 1, 1, 2, 0), ("pooler", 1): S.GemvConfig(16, 1, 4, 2, 3, 0)}
+    p = S.plan_for("x", 4096, 8192, 1, False, "n/a", ctable=ct, ztable={}, ttable={}, tpick=frozenset())
+    assert p.config == ct[("x", 1)] and "by shape" not in p.why
+    p = S.plan_for("y", 4096, 8192, 1, False, "n/a", ctable=ct, ztable={}, ttable={}, tpick=frozenset())
+    assert p.config == ct[("pooler", 1)] and "as 'pooler'" in p.why
+
+
+def test_table_shapes_literal_is_tables_shapes_json():
+    assert S.TABLE_SHAPES == {n: (d["N"], d["K"], d["dtype"]) for n, d in LAYERS.items()}
