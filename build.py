@@ -48,11 +48,60 @@ def load_json(name):
         return json.load(f)
 
 
+def all_layers(shapes):
+    """The scored layers, then the user's (tune.py --shapes / --config), as tables/shapes.json lists them."""
+    return list(shapes["layers"]) + list(shapes.get("user_layers", []))
+
+
 def load_tables():
-    """(shapes, layers as {layer: {"N", "K", "dtype"}}, ctable, ztable)."""
+    """(shapes, layers as {layer: {"N", "K", "dtype"}} (scored and user layers), ctable, ztable)."""
     shapes = load_json("shapes.json")
-    layers = {d["layer"]: d for d in shapes["layers"]}
+    layers = {d["layer"]: d for d in all_layers(shapes)}
     return shapes, layers, load_json("ctable.json"), load_json("ztable.json")
+
+
+def shapes_from_config(cfg, prefix):
+    """A model config (Hugging Face style: hidden_size, intermediate_size, num_attention_heads, num_key_value_heads,
+    head_dim, vocab_size; a multimodal config's text_config) -> its linear layers [(name, N, K)] = [out, in]:
+    prefix.qkv (q, k, v fused), .o, .gate_up (gate and up fused), .down, .lm_head. ValueError naming a missing key."""
+    c = cfg if "hidden_size" in cfg else cfg.get("text_config", cfg)
+    need = [k for k in ("hidden_size", "num_attention_heads") if k not in c]
+    if need:
+        raise ValueError(f"config {prefix!r}: no {', '.join(need)} (keys: {', '.join(sorted(c)[:20])})")
+    hidden, heads = int(c["hidden_size"]), int(c["num_attention_heads"])
+    kv = int(c.get("num_key_value_heads") or heads)
+    hd = int(c.get("head_dim") or hidden // heads)
+    out = [(f"{prefix}.qkv", (heads + 2 * kv) * hd, hidden), (f"{prefix}.o", hidden, heads * hd)]
+    if c.get("intermediate_size"):
+        inter = int(c["intermediate_size"])
+        out += [(f"{prefix}.gate_up", 2 * inter, hidden), (f"{prefix}.down", hidden, inter)]
+    if c.get("vocab_size"):
+        out.append((f"{prefix}.lm_head", int(c["vocab_size"]), hidden))
+    return out
+
+
+def add_user_layers(new, dtype="bf16"):
+    """Register [(name, N, K)] in tables/shapes.json's user_layers (tune.py tunes them, build.py compiles their rows,
+    TABLE_SHAPES lets any layer of that shape find them). A name already there with another shape raises ValueError;
+    one with the same shape is left as it is. Returns the names."""
+    shapes = load_json("shapes.json")
+    have = {d["layer"]: d for d in all_layers(shapes)}
+    user = list(shapes.get("user_layers", []))
+    for name, N, K in new:
+        d = have.get(name)
+        if d is not None:
+            if (d["N"], d["K"], d["dtype"]) != (N, K, dtype):
+                raise ValueError(f"layer {name!r} is already in tables/shapes.json as {d['N']} x {d['K']} "
+                                 f"{d['dtype']}, not {N} x {K} {dtype}")
+            continue
+        d = {"layer": name, "N": N, "K": K, "dtype": dtype}
+        user.append(d)
+        have[name] = d
+    shapes["user_layers"] = user
+    with open(os.path.join(TABLES, "shapes.json"), "w") as f:
+        json.dump(shapes, f, indent=1)
+        f.write("\n")
+    return [n for n, _, _ in new]
 
 
 def load_ttable():
@@ -250,7 +299,7 @@ def generate(text):
     text = replace_py_region(text, "tables/ctable.json", "the table", table_literal("CTABLE", crows))
     text = replace_py_region(text, "tables/ztable.json", "the table", table_literal("ZTABLE", zwin))
     text = replace_py_region(text, "tables/ttable.json", "the table", triton_literal(trows, t_picks(crows, zrows, trows)))
-    text = replace_py_region(text, "tables/shapes.json", "the table", shapes_literal(shapes["layers"]))
+    text = replace_py_region(text, "tables/shapes.json", "the table", shapes_literal(all_layers(shapes)))
     kernel = assemble("kernels.cu", {"configs.cuh": cfg})
     text = replace_py_region(text, "csrc/kernels.cu", "csrc/", f'KERNEL_SRC = r"""\n{kernel}\n"""')
     text = replace_py_region(text, "csrc/bind.cpp", "csrc/", f'BIND_SRC = r"""\n{assemble("bind.cpp")}\n"""')

@@ -7,6 +7,8 @@
     python tune.py --pf 0,1 --pf-final 0   # L2 prefetch values for the screen / the finalists
     python tune.py --co-final -1,0,100      # shared memory carveouts tried on the finalists
     python tune.py --backend triton         # the Triton path's configs -> tables/ttable.json
+    python3 tune.py --shapes 6144x4096,4096x14336      # your own shapes: registered, then tuned (bf16)
+    python3 tune.py --config path/to/config.json       # a model config's linear layers (qkv, o, gate_up, down, lm_head)
     python3 build.py                        # then regenerate submission.py from the tables
 
 How: one extension holds every candidate instantiation (plain NW in {4, 8, 16} x U in {1, 2, 4, 8} x
@@ -27,6 +29,7 @@ import argparse
 import datetime
 import hashlib
 import itertools
+import json
 import os
 import sys
 import time
@@ -291,7 +294,13 @@ def row_of(layer, m, ranked, device, date):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", default=",".join(judge.LAYERS))
+    ap.add_argument("--layers", default=None, help="comma list of tables/shapes.json's layers (default: the scored "
+                    "ones, or those --shapes / --config name)")
+    ap.add_argument("--shapes", default=None, help="NxK[,NxK...]: bf16 layers of your own, registered in "
+                    "tables/shapes.json's user_layers as 'NxK' and tuned; any layer of that shape then takes the rows")
+    ap.add_argument("--config", action="append", default=[], help="a model config.json: its linear layers "
+                    "(<name>.qkv, .o, .gate_up, .down, .lm_head; <name> from the file's _name_or_path or its folder), "
+                    "registered and tuned; may repeat")
     ap.add_argument("--m", default=",".join(map(str, judge.SCORED_M)))
     ap.add_argument("--screen", type=int, default=3, help="replays per candidate in the screen")
     ap.add_argument("--full", type=int, default=25, help="replays per finalist")
@@ -310,10 +319,18 @@ def main(argv=None):
     ap.add_argument("--co-final", default=",".join(map(str, FINAL_COS)),
                     help="shared memory carveouts (-1 = driver's choice, 0..100 percent) for the finalists")
     args = ap.parse_args(argv)
+    user = user_layers(args, ap.error)
+    if user:
+        print(f"[tune] layers of your own in tables/shapes.json: {', '.join(user)}; `python3 build.py` after the tuning "
+              f"compiles their rows into submission.py", flush=True)
     if not torch.cuda.is_available():
-        print("[tune] needs a CUDA device (an H200); nothing to do here")
+        print("[tune] needs a CUDA device (an H200) to time anything")
         return 1
-    layers = [l for l in args.layers.split(",") if l]
+    layer_info = build.load_tables()[1]
+    layers = [l for l in args.layers.split(",") if l] if args.layers else (user or list(judge.LAYERS))
+    for l in layers:
+        if l not in layer_info:
+            ap.error(f"--layers: {l!r} is not in tables/shapes.json ({', '.join(layer_info)})")
     paths = {p for p in args.paths.split(",") if p}
     if not paths or not paths <= {"plain", "compressed"}:
         ap.error(f"--paths {args.paths!r}: expected plain, compressed or both")
@@ -329,23 +346,23 @@ def main(argv=None):
     if not nws or not set(nws) <= set(NWS):
         ap.error(f"--nw {args.nw!r}: expected values in {NWS}")
     if args.backend == "triton":
-        return tune_triton(args, layers, ms)
+        return tune_triton(args, layers, ms, layer_info)
     t_start = time.time()
-    duals = sorted({judge.LAYERS[l]["dtype"] == "fp32" for l in layers})
+    duals = sorted({layer_info[l]["dtype"] == "fp32" for l in layers})
     nbs = sorted({sub.nb_of(m) for m in ms})
     ext = build_tune_ext(instances(nbs, duals, paths, nws, not args.no_tma))
     if args.build_only:
         return 0
     dev = torch.cuda.get_device_name()
     date = datetime.date.today().isoformat()
-    shapes, layer_info, ct, zt = build.load_tables()
+    shapes, _, ct, zt = build.load_tables()
     crow = {(r["layer"], r["m"]): r for r in ct["rows"]}
     zrow = {(r["layer"], r["m"]): r for r in zt["rows"]}
     log = lambda s: print(s, flush=True)
     total, done = len(layers) * len(ms), 0
     out_of_time = False
     for name in layers:
-        d = judge.LAYERS[name]
+        d = layer_info[name]
         N, K, dual = d["N"], d["K"], d["dtype"] == "fp32"
         w = judge.trained_like(N, K, 5, "cuda", torch.float32 if dual else torch.bfloat16)
         P = judge.copies_for(N * K * 2 * (2 if dual else 1))
@@ -389,7 +406,39 @@ def main(argv=None):
     return 0
 
 
-def tune_triton(args, layers, ms):
+def user_layers(args, error):
+    """Register --shapes / --config layers in tables/shapes.json (build.add_user_layers); returns their names."""
+    new = []
+    for spec in (args.shapes or "").split(","):
+        if not spec:
+            continue
+        try:
+            N, K = (int(v) for v in spec.lower().split("x"))
+        except ValueError:
+            error(f"--shapes {spec!r}: expected NxK, e.g. 6144x4096")
+        new.append((f"{N}x{K}", N, K))
+    for path in args.config:
+        try:
+            with open(path) as f:
+                cfg = json.load(f)
+        except (OSError, ValueError) as e:
+            error(f"--config {path}: {e}")
+        prefix = os.path.basename(str(cfg.get("_name_or_path") or os.path.dirname(os.path.abspath(path)))) or "model"
+        try:
+            new += build.shapes_from_config(cfg, prefix)
+        except ValueError as e:
+            error(f"--config {path}: {e}")
+    bad = [f"{n} ({N} x {K})" for n, N, K in new if N % 16 or K % 64]
+    if bad:
+        print(f"[tune] left out, the kernels need N % 16 == 0 and K % 64 == 0 (torch runs them): {', '.join(bad)}")
+    new = [(n, N, K) for n, N, K in new if not (N % 16 or K % 64)]
+    try:
+        return build.add_user_layers(new) if new else []
+    except ValueError as e:
+        error(str(e))
+
+
+def tune_triton(args, layers, ms, layer_info):
     """--backend triton: every shape's Triton candidates, screened then re-timed; winners to ttable.json."""
     ext = sub.build_extension()            # prepare() needs the CUDA extension too (the shipped build, cached)
     t_start = time.time()
@@ -399,7 +448,7 @@ def tune_triton(args, layers, ms):
     trow = {(r["layer"], r["m"]): r for r in tt["rows"]}
     total, done = len(layers) * len(ms), 0
     for name in layers:
-        d = judge.LAYERS[name]
+        d = layer_info[name]
         N, K, dual = d["N"], d["K"], d["dtype"] == "fp32"
         w = judge.trained_like(N, K, 5, "cuda", torch.float32 if dual else torch.bfloat16)
         Ls = [sub.prepare(name, w, path="triton", ext=ext) for _ in range(judge.copies_for(N * K * 2 * (2 if dual else 1)))]
@@ -436,7 +485,8 @@ def tune_triton(args, layers, ms):
 
 def _in_shape_order(rows, shapes):
     """The rows of {(layer, m): row} in tables/shapes.json's order (unknown shapes last)."""
-    order = {(d["layer"], m): i for i, (d, m) in enumerate((d, m) for d in shapes["layers"] for m in shapes["m"])}
+    order = {(d["layer"], m): i for i, (d, m) in enumerate((d, m) for d in build.all_layers(shapes)
+                                                               for m in shapes["m"])}
     return sorted(rows.values(), key=lambda r: order.get((r["layer"], r["m"]), 10 ** 6))
 
 
