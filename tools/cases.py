@@ -73,14 +73,9 @@ def planned(spec):
 
 def inst_of(cfg, m, dual):
     """The (kind, template args) that build_extension(insts=) compiles for cfg at m; None for a config that runs
-    no CUDA kernel of ours (Triton, fallback)."""
-    nb = S.nb_of(m)
-    if isinstance(cfg, S.GemvtConfig):
-        return "gemvt", (cfg.nw, cfg.st, nb, cfg.ka)
-    if isinstance(cfg, S.GemvzConfig):
-        return "gemvz", (cfg.nw, cfg.ug, nb, cfg.r, cfg.pipe)
-    if isinstance(cfg, S.GemvConfig):
-        return "gemv", (cfg.nw, cfg.u, nb, cfg.r, dual, cfg.pipe)
+    no CUDA kernel of ours (Triton, fallback). submission.instance_of for the CUDA configs."""
+    if isinstance(cfg, (S.GemvConfig, S.GemvzConfig, S.GemvtConfig)):
+        return S.instance_of(cfg, m, dual)
     return None
 
 
