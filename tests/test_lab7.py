@@ -1,11 +1,8 @@
 """Lab 7 (windows per matrix / tile / 16-row block / row for the 12-bit format, issue #29): the per-group pack +
-decz + corrections is bit-exact on every generator and on special values, and the lab reproduces whichever format
-submission.py packs (CPU only: MUSE_BUILD=0):
-- one window per matrix (submission.side_table_bits exists): the "matrix" granularity == pack_z (window, mode,
-  exceptions, stream, side table) and its bits == 12 + side_table_bits + one 56-bit window;
-- commit 34e5d9f's format (submission.format_bits / compress exist: a window per 16-row block, rows sorted where that
-  halves the exceptions): "block16" == pack_z, "block16_autosort" == compress, "matrix" == pack_z on one-block
-  matrices, and the bits == 12 + format_bits.
+decz + corrections is bit-exact on every generator and on special values, and the lab reproduces the format
+submission.py packs (CPU only: MUSE_BUILD=0): one window per matrix, so the "matrix" granularity == pack_z (window,
+mode, exceptions, stream, side table) and its bits == 12 + side_table_bits + one 56-bit window. (The tests of the
+per-block format tried in session 16, 34e5d9f, went with it: experiments/per-block-windows.diff; git show a50767a.)
 Small shapes: the study itself runs as `python labs/lab7_windows.py`."""
 import os
 
@@ -144,22 +141,14 @@ def test_contiguous_window_holds_the_most_weights_of_its_form():
 
 
 # ---- the lab's granularities reproduce submission's packer --------------------------------------------------------
-PER_MATRIX = hasattr(submission, "side_table_bits")                         # one window per matrix
-PER_BLOCK = hasattr(submission, "format_bits") and hasattr(submission, "compress")   # 34e5d9f's format
-needs_per_matrix = pytest.mark.skipif(not PER_MATRIX, reason="submission.pack_z is not the per-matrix format")
-needs_per_block = pytest.mark.skipif(not PER_BLOCK, reason="submission.pack_z is not 34e5d9f's per-block format")
-
-
-def test_submission_packs_one_of_the_two_formats():
-    assert PER_MATRIX != PER_BLOCK
-
-
 def _tiny_inexact(W, rows_per_group, row=17):
     """Whether 0x2E63 at `row` is inexact against its group's 8-class window (v = that window's smallest class)."""
     N = W.shape[0]
     grp = lab7.group_of_row(N, rows_per_group)
     win = lab7.top8_windows(lab7.group_hist(lab7.row_hist(lab7.classes(W)), grp), False)
     return bool(lab7.FAIL[lab7.v_row(win)[grp[row]], 0x2E63])
+
+
 @functools.lru_cache(maxsize=None)
 def _cases():
     tiny = lab7.make_weights("trained_like", 256, 1024, seed=8)
@@ -175,7 +164,6 @@ def _cases():
 CASES = GENS + ["specials", "tiny", "negzero"]
 
 
-@needs_per_matrix
 @pytest.mark.parametrize("case", CASES)
 def test_matrix_granularity_reproduces_pack_z(case):
     W = _cases()[case].copy()
@@ -199,83 +187,6 @@ def test_matrix_granularity_reproduces_pack_z(case):
     assert a["side_bits"] == pytest.approx(submission.side_table_bits(z, N, K), rel=0, abs=1e-15)
     assert a["bits_per_weight"] == pytest.approx(12 + submission.side_table_bits(z, N, K) + 56 / (N * K),
                                                  rel=0, abs=1e-12)
-
-
-def _assert_same_pack(p, z, a):
-    """lab7's pack p (numpy) and analysis a against a ZPack z of the same (row-ordered) matrix."""
-    assert np.array_equal(p["win"], z.window.numpy()) and np.array_equal(a["win"], z.window.numpy())
-    assert a["retried_groups"] == z.zero_blocks
-    assert a["n_exc"] == p["n_exc"] == z.n_exc and a["max_exc_row"] == z.capr
-    assert np.array_equal(p["stream"], z.stream.numpy())
-    assert np.array_equal(np.stack([p["TL"], p["TH"]], 1).view(np.int32), z.win.numpy())
-    assert np.array_equal(p["eptr"], z.eptr.numpy()) and np.array_equal(p["esc"], z.esc.numpy())
-
-
-@needs_per_block
-@pytest.mark.parametrize("case", CASES)
-def test_block16_granularity_reproduces_pack_z(case):
-    W = _cases()[case].copy()
-    N, K = W.shape
-    z = submission.pack_z(_bf16(W))
-    a = lab7.analyze(W, "block16", "top8")
-    _assert_same_pack(lab7.pack_groups_np(W, "block16", "top8"), z, a)
-    if case == "negzero":
-        assert z.zero_blocks == 1 and a["inexact_8class"] == 1
-    if case == "tiny":     # inexact where the block's window starts at class 55 or above (W - v > 24 bits)
-        assert z.zero_blocks == int(_tiny_inexact(W, 16))
-    # bits: submission.format_bits counts each block's window as its 64 bits of TL / TH
-    assert a["bits_per_weight_tlth"] == pytest.approx(12 + submission.format_bits(z, N, K), rel=0, abs=1e-12)
-    assert a["side_bits"] == pytest.approx((64 * z.n_exc + 32 * (N + 1)) / (N * K), rel=0, abs=1e-15)
-
-
-@needs_per_block
-@pytest.mark.parametrize("case", ["gaussian", "trained_like", "row_scaled_4", "row_scaled_2", "block_scaled_64",
-                                  "tiny"])
-def test_autosort_granularity_reproduces_compress(case):
-    W = _cases()[case].copy()
-    N, K = W.shape
-    z = submission.compress(_bf16(W))
-    a = lab7.analyze(W, "block16_autosort", "top8")
-    assert a["rows_sorted"] == (z.rowmap is not None)
-    if case.startswith("row_scaled"):
-        assert a["rows_sorted"]                    # the case compress's sort is for
-    if a["rows_sorted"]:
-        assert np.array_equal(a["order"], z.rowmap.numpy())
-        assert np.array_equal(lab7.row_order(lab7.row_hist(lab7.classes(W))), submission.row_order(_bf16(W)).numpy())
-    Wp = W[a["order"]]
-    _assert_same_pack(lab7.pack_groups_np(Wp, "block16", "top8"), z, lab7.analyze(Wp, "block16", "top8"))
-    assert a["n_exc"] == z.n_exc and a["max_exc_row"] == z.capr
-    assert a["bits_per_weight_tlth"] == pytest.approx(12 + submission.format_bits(z, N, K), rel=0, abs=1e-12)
-    back, _ = lab7.roundtrip_np(W, "block16_autosort", "top8")
-    assert lab3.same_bits(back, W).all()
-
-
-@needs_per_block
-@pytest.mark.parametrize("case", ["gaussian", "pruned_50", "tiny", "negzero", "specials"])
-def test_matrix_granularity_is_pack_z_on_one_block(case):
-    """One window per matrix is 34e5d9f's per-block rule applied to the whole matrix: on a matrix of one 16-row block,
-    and on one whose blocks are copies of one block, the two agree byte for byte."""
-    W = _cases()[case]
-    one = W[:16].copy()
-    if case in ("tiny", "negzero"):
-        one[3, 7] = 0x2E63 if case == "tiny" else 0x8000
-    for M in (one, np.tile(one, (4, 1))):
-        N, K = M.shape
-        z = submission.pack_z(_bf16(M))
-        a = lab7.analyze(M, "matrix", "top8")
-        assert all(w == [int(c) for c in a["win"][0]] for w in z.window.tolist())
-        assert a["n_exc"] == z.n_exc and a["max_exc_row"] == z.capr
-        assert (a["retried_groups"] == 1) == (z.zero_blocks == N // 16)
-        if case == "negzero":
-            assert a["retried_groups"] == 1 and a["inexact_8class"] == N // 16
-        p = lab7.pack_groups_np(M, "matrix", "top8")
-        assert np.array_equal(p["stream"], z.stream.numpy())
-        assert np.array_equal(p["eptr"], z.eptr.numpy()) and np.array_equal(p["esc"], z.esc.numpy())
-        # bits: the per-matrix accounting is format_bits less the per-block windows plus one 56-bit window
-        assert a["bits_per_weight"] == pytest.approx(
-            12 + submission.format_bits(z, N, K) - 64 * (N // 16) / (N * K) + 56 / (N * K), rel=0, abs=1e-12)
-    if case == "pruned_50":
-        assert a["win"][0, 0] == 0 and a["retried_groups"] == 0   # class 0 among the 8 most common: no retry
 
 
 # ---- the study's accounting ----------------------------------------------------------------------------------
