@@ -1830,16 +1830,16 @@ def shipped_extension():
     return _SHIPPED
 
 
+# torch's own accessor of the current stream's handle (no Stream object per call); None where a torch lacks it
+_CURRENT_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _raw_stream(device):
     """The current CUDA stream of device as an integer handle (what the glue launches on; a graph capture's stream
     while capturing)."""
     if _CURRENT_RAW_STREAM is not None:
         return _CURRENT_RAW_STREAM(device.index)
     return torch.cuda.current_stream(device).cuda_stream
-
-
-# torch's own accessor (no Stream object per call); the public one above where a torch lacks it
-_CURRENT_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 # ===================================================================================================
@@ -2591,8 +2591,8 @@ class Layer:
 
     def launch(self, m):
         """The glue's Launch of a CUDA plan at m: its kernel and template parameters, the layer's weight, side table
-        and split-K buffers, the config's runtime fields; a call then passes only x, out, m and the stream. Built on
-        first use and kept until the plan, the buffers or the extension change."""
+        and split-K buffers, the config's runtime fields; a call then passes only x, out, m and the stream. prepare
+        builds every plan's; set_config, a new workspace or another extension drop them, and the next call rebuilds."""
         lr = self._launches.get(m)
         if lr is None:
             c, ptr = self.plans[m].config, lambda t: 0 if t is None else t.data_ptr()   # noqa: E731
@@ -2778,6 +2778,9 @@ def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=
     if any(p.path == "triton" for p in L.plans[1:]):
         L._pack_triton()
     L._alloc_workspace()
+    for m in range(1, MAX_M + 1):       # the launches, here rather than in a first kernel_fn (maybe under capture)
+        if L.plans[m].path in ("plain", "compressed"):
+            L.launch(m)
     L._warm_triton()
     torch.cuda.synchronize(L.device)
     return L
