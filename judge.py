@@ -428,7 +428,7 @@ def special(S, sub, device, names, seed, log):
                 try:
                     checked.append((sub.prepare(name, w, path="compressed"), tag + " (compressed forced)"))
                 except ValueError as e:
-                    S.failures.append(f"{tag}: not compressed ({e}); one special value per row should be")
+                    S.failures.append(f"{tag}: not compressed ({e}); forced, the format takes any exact weights")
             for Lc, t in checked:
                 for m in (1, 8, 32):
                     S.run(f"{t} m={m}", S.accuracy, Lc, w, m, seed + m, t, random_rows > 0)
@@ -744,9 +744,9 @@ def cpu_checks(sub, layers, log=print):
             wz = trained_like(rows, d["K"], 7)
             z = sub.pack_z(wz)
             rate = z.n_exc / wz.numel()
-            log(f"[cpu] 12-bit format of {name} (first {rows} rows, trained-looking): window {z.window} ({z.mode}), "
-                f"exceptions {100 * rate:.4f}%, at most {z.capr} in a row, side table "
-                f"{sub.side_table_bits(z, rows, d['K']):.4f} bit/w (CSR)")
+            log(f"[cpu] 12-bit format of {name} (first {rows} rows, trained-looking): row windows start at class "
+                f"{int(z.zbase.min())}..{int(z.zbase.max())}, exceptions {100 * rate:.4f}%, at most {z.capr} in a "
+                f"row, windows + side table {sub.side_table_bits(z, rows, d['K']):.4f} bit/w")
     return ok
 
 

@@ -222,7 +222,7 @@ struct GemvArgs {
   int cl;            // split-K reduction: 0 global ticket, 1 cluster barrier, 2 cluster mbarrier (st.async)
   const void* eptr;  // gemvz: the side table's row offsets, int32 [N + 1]; else unused
   const void* esc;   // gemvz: the side table's entries, int2 {k, fp32 bits of the correction}; else unused
-  uint32_t TL, TH;   // gemvz: the window's 8 classes, 4 bytes each
+  const void* zbase; // gemvz: each row's window, uint8 [N]: row r's 8 classes are zbase[r] .. zbase[r] + 7
 };
 // The order is gemv_kernel's parameter list before the struct (x .. cl). The kernels take it as a __grid_constant__
 // parameter: read in place from the parameter space. Taken by plain value, the router's m = 32 kernel (gemv 8, 1, 4,
@@ -853,16 +853,20 @@ constexpr bool kSkipCorrections = false;
 #endif
 
 // ---- the 12-bit format ----------------------------------------------------------------------------
-// decz: one m16n8k16 A fragment (8 bf16, element j = 0..7 in mma16816's register order) from
+// Each row r has its own window: the 8 consecutive classes zbase[r] .. zbase[r] + 7 (class = bf16 bits 14..8).
+// A weight is stored as its low byte verbatim, a 3-bit window index i (class = zbase[r] + i) and its sign.
+// decz: one m16n8k16 A fragment (8 bf16, element j = 0..7 in mma16816's register order: j0, j1 and j4, j5 on the
+// lane's row g, j2, j3 and j6, j7 on row g + 8) from
 //   lo0, lo1: verbatim low bytes of j0..j3 and j4..j7 (exponent bit 0 + 7 mantissa bits), byte i = j_i
-//   c:        8 code nibbles: bits 4j..4j+2 = window index of j's high exponent bits (bf16 bits 14..8);
-//             the nibble top bits carry the signs, placed so one mask lands them on bit 7 of each
-//             high byte: bits 7, 15, 23, 31 = signs of j0..j3; bits 3, 11, 19, 27 = signs of j4..j7
-//   TL, TH:   the window, 8 bytes of bf16 bits 14..8 (sign clear), entries 0..3 in TL, 4..7 in TH
-// 13 integer instructions per 8 weights, no branches. Lab: labs/lab3_compress.py, decz().
-__device__ __forceinline__ uint4 decz(uint32_t lo0, uint32_t lo1, uint32_t c, uint32_t TL, uint32_t TH) {
-  const uint32_t h0 = lop3_or_and(prmt(TL, TH, c & 0x7777u), c, 0x80808080u);
-  const uint32_t h1 = lop3_or_and(prmt(TL, TH, (c >> 16) & 0x7777u), c << 4, 0x80808080u);
+//   c:        the code word; byte b = idx(j_b) in bits 0..2, idx(j_b+4) in bits 4..6, sign(j_b) in bit 7 and
+//             sign(j_4+(b+3)%4) in bit 3, placed so that c and c rotated right by 4 each hold 4 indices in bits
+//             0..2 and their signs in bit 7 of every byte
+//   B:        the lane's two windows as bytes {zbase[g], zbase[g], zbase[g + 8], zbase[g + 8]} (zrow_word)
+// A high byte is (index | sign) + base: base <= 120 and index <= 7 never carry into the sign bit. 9 integer
+// instructions per 8 weights (1 SHF, 2 LOP3, 2 IADD3, 4 PRMT), no branches, no table. Lab: labs/lab3_compress.py.
+__device__ __forceinline__ uint4 decz(uint32_t lo0, uint32_t lo1, uint32_t c, uint32_t B) {
+  const uint32_t h0 = (c & 0x87878787u) + B;
+  const uint32_t h1 = (__funnelshift_r(c, c, 4) & 0x87878787u) + B;
   uint4 f;
   f.x = prmt(lo0, h0, 0x5140u);  // {lo j0, hi j0, lo j1, hi j1}
   f.y = prmt(lo0, h0, 0x7362u);  // {lo j2, hi j2, lo j3, hi j3}
@@ -871,7 +875,12 @@ __device__ __forceinline__ uint4 decz(uint32_t lo0, uint32_t lo1, uint32_t c, ui
   return f;
 }
 
-// One batch of UG 64-wide groups of the 12-bit format for each of R row blocks: units A0, A1, B at
+// decz's B for the lane of row g (0..7) of the 16-row block whose first row is row0
+__device__ __forceinline__ uint32_t zrow_word(const uint8_t* __restrict__ zbase, int row0, int g) {
+  return (uint32_t)__ldg(zbase + row0 + g) * 0x0101u | (uint32_t)__ldg(zbase + row0 + g + 8) * 0x01010000u;
+}
+
+// One batch of UG 64-wide groups of the 12-bit format for each of R row blocks: units A0, A1, C (codes) at
 // +0, +32, +64 (512 B per warp load each).
 template <int UG, int R>
 __device__ __forceinline__ void load_zbatch(uint4 (&z)[UG][R][3], const uint4* wp, size_t rstride, int i) {
@@ -886,15 +895,15 @@ __device__ __forceinline__ void load_zbatch(uint4 (&z)[UG][R][3], const uint4* w
     }
 }
 
-// One 64-wide group of one row block: decode its 4 fragments from the A0, A1, B units and run them
-// against the token blocks' x (xa: k 0..31 of the group, xb: k 32..63), 4 NB mma.
+// One 64-wide group of one row block: decode its 4 fragments from the A0, A1, C units with the rows' window
+// word B, and run them against the token blocks' x (xa: k 0..31 of the group, xb: k 32..63), 4 NB mma.
 template <int NB>
 __device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)[3], const uint4 (&xa)[NB],
-                                           const uint4 (&xb)[NB], uint32_t TL, uint32_t TH) {
-  const uint4 f0 = decz(z[0].x, z[0].y, z[2].x, TL, TH);
-  const uint4 f1 = decz(z[0].z, z[0].w, z[2].y, TL, TH);
-  const uint4 f2 = decz(z[1].x, z[1].y, z[2].z, TL, TH);
-  const uint4 f3 = decz(z[1].z, z[1].w, z[2].w, TL, TH);
+                                           const uint4 (&xb)[NB], uint32_t B) {
+  const uint4 f0 = decz(z[0].x, z[0].y, z[2].x, B);
+  const uint4 f1 = decz(z[0].z, z[0].w, z[2].y, B);
+  const uint4 f2 = decz(z[1].x, z[1].y, z[2].z, B);
+  const uint4 f3 = decz(z[1].z, z[1].w, z[2].w, B);
 #pragma unroll
   for (int nb = 0; nb < NB; nb++) {
     mma16816(acc[nb], f0, xa[nb].x, xa[nb].y);
@@ -905,13 +914,14 @@ __device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)
 }
 
 // ---- gemvz_kernel: the compressed GEMV with its exception warp ------------------------------------
-// Contract: x as gemv_kernel; w = pack_z's stream: [N/16][K/64][A0 32 units | A1 32 units | B 32 units]
-// of 16 B; the side table in CSR: row r's exceptions are esc[eptr[r] .. eptr[r+1]) = int2 {k, fp32 bits of
-// the correction}, k ascending; out bf16 [M, N]. Requires N % (16R) == 0, K/64 % (S*NW*UG) == 0.
+// Contract: x as gemv_kernel; w = pack_z's stream: [N/16][K/64][A0 32 units | A1 32 units | C 32 units]
+// of 16 B; zbase uint8 [N], each row's window; the side table in CSR: row r's exceptions are
+// esc[eptr[r] .. eptr[r+1]) = int2 {k, fp32 bits of the correction}, k ascending; out bf16 [M, N].
+// Requires N % (16R) == 0, K/64 % (S*NW*UG) == 0.
 //
-//   warps 0..NW-1 stream: per 64-wide group and row block, a lane loads A0, A1, B (48 B) and decodes 4
-//     fragments: f0 = decz(A0.x, A0.y, B.x), f1 = (A0.z, A0.w, B.y) -> K block 2G, steps 0/1; f2, f3 from
-//     A1 -> block 2G+1. Grid, R, PIPE and pf as gemv_kernel.
+//   warps 0..NW-1 stream: per 64-wide group and row block, a lane loads A0, A1, C (48 B) and decodes 4
+//     fragments with its rows' window word B (zrow_word, read before the wait): f0 = decz(A0.x, A0.y, C.x),
+//     f1 = (A0.z, A0.w, C.y) -> K block 2G, steps 0/1; f2, f3 from A1 -> block 2G+1. Grid, R, PIPE and pf as gemv_kernel.
 //   warp NW (the exception warp): lane -> row r = lane & 15 of each of the R blocks, tokens p, p+2, ...
 //     (p = lane >> 4); adds correction x x[token][k] for its rows' exceptions in [klo, khi), in k order,
 //     into smem ecorr; one barrier; the corrections are added after the warps' reduction, before split-K.
@@ -924,8 +934,8 @@ __device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)
 //     it syncs), away from their first x misses: o_proj m=16 -0.1 us (FINDINGS.md, session 14); at NB = 1 it starts at
 //     the wait (the late start lost up to 0.35 us there). The walk is never the CTA's last warp at the barrier; what it
 //     costs (0.2-0.5 us at m=16) is its L2 requests slowing the stream (session 14's trace and timing-only variants).
-// An out-of-window weight decodes to a fixed in-window value v (+0 when the window holds zero);
-// prepare verified fl32(v + correction) == W for every one of them. A build with MUSE_SKIP_CORRECTIONS defined skips
+// An out-of-window weight decodes to v, its own sign and low byte with the nearest window class; prepare verified
+// fl32(v + correction) == W for every one of them. A build with MUSE_SKIP_CORRECTIONS defined skips
 // the corrections (wrong results: tools/ab.py times what they cost; a GPU test checks that they matter).
 // Lab: labs/lab3_compress.py (format, decz, the kernel in miniature).
 template <int NW, int UG, int NB, int R, int PIPE>
@@ -940,7 +950,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
   float4* __restrict__ ws = static_cast<float4*>(args.ws);
   int* __restrict__ sem = static_cast<int*>(args.sem);
   const int M = args.M, N = args.N, K = args.K, S = args.S, pf = args.pf, cl = args.cl;
-  const uint32_t TL = args.TL, TH = args.TH;
+  const uint8_t* __restrict__ zbase = static_cast<const uint8_t*>(args.zbase);
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   constexpr int EC = NB == 4 ? 2 : 4;  // exception chunk: EC entries x NB*4 tokens of x in flight per lane
   constexpr bool LATE = NB >= 2;  // the walk starts once every streaming warp is through its first trip
@@ -1060,8 +1070,13 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
     }
     uint4 z[UG][R][3];
     load_zbatch<UG, R>(z, wp, rstride, 0);
+    uint32_t B[R];  // the rows' windows (constant after prepare: read before the wait, with the first batch)
+#pragma unroll
+    for (int r = 0; r < R; r++) B[r] = zrow_word(zbase, (rg * R + r) * 16, g);
     {
       uint32_t chk = 0;
+#pragma unroll
+      for (int r = 0; r < R; r++) chk ^= B[r];
 #pragma unroll
       for (int u = 0; u < UG; u++)
 #pragma unroll
@@ -1100,7 +1115,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
           }
           TR_ARRIVED(i == 0 && u == 0, z[0][0][0].x, xa[0].x)
 #pragma unroll
-          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, TL, TH);
+          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, B[r]);
         }
         let_exception_warp_go(i);
       }
@@ -1124,7 +1139,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
 #pragma unroll
         for (int u = 0; u < UG; u++)
 #pragma unroll
-          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], TL, TH);
+          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], B[r]);
         let_exception_warp_go(i);
 #pragma unroll
         for (int u = 0; u < UG; u++)
@@ -1168,8 +1183,8 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
 // ---- unpackz_kernel: decode the whole 12-bit stream back to bf16 [N, K] ---------------------------
 // prepare() runs it on every layer it compresses and compares with the weight, bit for bit, so the
 // decoder that runs in gemvz_kernel (decz) is checked on the GPU itself. One thread per (rb, G, lane).
-__global__ void unpackz_kernel(const uint4* __restrict__ w, uint16_t* __restrict__ out, int N, int K,
-                               uint32_t TL, uint32_t TH) {
+__global__ void unpackz_kernel(const uint4* __restrict__ w, const uint8_t* __restrict__ zbase,
+                               uint16_t* __restrict__ out, int N, int K) {
   const int KG = K / 64;
   const size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (id >= (size_t)(N / 16) * KG * 32) return;
@@ -1177,9 +1192,10 @@ __global__ void unpackz_kernel(const uint4* __restrict__ w, uint16_t* __restrict
   const size_t blk = id >> 5;
   const int rb = (int)(blk / KG), G = (int)(blk % KG);
   const uint4* p = w + blk * 96 + lane;
-  const uint4 A0 = p[0], A1 = p[32], B = p[64];
-  const uint4 f[4] = {decz(A0.x, A0.y, B.x, TL, TH), decz(A0.z, A0.w, B.y, TL, TH),
-                      decz(A1.x, A1.y, B.z, TL, TH), decz(A1.z, A1.w, B.w, TL, TH)};
+  const uint4 A0 = p[0], A1 = p[32], C = p[64];
+  const uint32_t B = zrow_word(zbase, rb * 16, g);
+  const uint4 f[4] = {decz(A0.x, A0.y, C.x, B), decz(A0.z, A0.w, C.y, B),
+                      decz(A1.x, A1.y, C.z, B), decz(A1.z, A1.w, C.w, B)};
 #pragma unroll
   for (int fi = 0; fi < 4; fi++) {
     const uint32_t regs[4] = {f[fi].x, f[fi].y, f[fi].z, f[fi].w};
@@ -1596,10 +1612,10 @@ int muse_attrs(int kind, const int* t, int* res) {
   return -1;
 }
 
-int unpackz_launch(const void* w, void* out, int N, int K, uint32_t TL, uint32_t TH, cudaStream_t st) {
+int unpackz_launch(const void* w, const void* zbase, void* out, int N, int K, cudaStream_t st) {
   const size_t threads = (size_t)(N / 16) * (K / 64) * 32;
   return launch_pdl(unpackz_kernel, dim3((unsigned)((threads + 255) / 256)), dim3(256), st, false, 1, 0, -1,
-                    (const uint4*)w, (uint16_t*)out, N, K, TL, TH);
+                    (const uint4*)w, (const uint8_t*)zbase, (uint16_t*)out, N, K);
 }
 """
 # ---- END GENERATED ----
@@ -1636,7 +1652,7 @@ struct GemvArgs {
   int cl;            // split-K reduction: 0 global ticket, 1 cluster barrier, 2 cluster mbarrier (st.async)
   const void* eptr;  // gemvz: the side table's row offsets, int32 [N + 1]; else unused
   const void* esc;   // gemvz: the side table's entries, int2 {k, fp32 bits of the correction}; else unused
-  uint32_t TL, TH;   // gemvz: the window's 8 classes, 4 bytes each
+  const void* zbase; // gemvz: each row's window, uint8 [N]: row r's 8 classes are zbase[r] .. zbase[r] + 7
 };
 // The order is gemv_kernel's parameter list before the struct (x .. cl). The kernels take it as a __grid_constant__
 // parameter: read in place from the parameter space. Taken by plain value, the router's m = 32 kernel (gemv 8, 1, 4,
@@ -1646,7 +1662,7 @@ struct GemvArgs {
 
 int muse_launch(int kind, const int* t, const GemvArgs& a, int co, bool pdl, cudaStream_t st);
 int muse_attrs(int kind, const int* t, int* res);
-int unpackz_launch(const void* w, void* out, int N, int K, uint32_t TL, uint32_t TH, cudaStream_t st);
+int unpackz_launch(const void* w, const void* zbase, void* out, int N, int K, cudaStream_t st);
 
 namespace py = pybind11;
 
@@ -1695,7 +1711,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // module_local: every variant build (tools, tests) defines its own Launch; pybind11 would refuse a second global one
   py::class_<Launch>(m, "Launch", py::module_local(), "one planned launch: Launch(...)(x_ptr, out_ptr, M, stream, pdl)")
       .def(py::init([](int kind, std::vector<int> t, uintptr_t w, uintptr_t w2, uintptr_t eptr, uintptr_t esc,
-                       uintptr_t ws, uintptr_t sem, int N, int K, int S, int pf, int cl, uint32_t TL, uint32_t TH,
+                       uintptr_t ws, uintptr_t sem, int N, int K, int S, int pf, int cl, uintptr_t zbase,
                        int co) {
              GemvArgs a{};
              a.w = reinterpret_cast<const void*>(w);
@@ -1704,12 +1720,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              a.esc = reinterpret_cast<const void*>(esc);
              a.ws = reinterpret_cast<void*>(ws);
              a.sem = reinterpret_cast<void*>(sem);
-             a.N = N, a.K = K, a.S = S, a.pf = pf, a.cl = cl, a.TL = TL, a.TH = TH;
+             a.N = N, a.K = K, a.S = S, a.pf = pf, a.cl = cl;
+             a.zbase = reinterpret_cast<const void*>(zbase);
              return Launch{kind, checked_template(kind, std::move(t)), a, co};
            }),
            py::arg("kind"), py::arg("t"), py::arg("w"), py::arg("w2"), py::arg("eptr"), py::arg("esc"), py::arg("ws"),
-           py::arg("sem"), py::arg("N"), py::arg("K"), py::arg("S"), py::arg("pf"), py::arg("cl"), py::arg("TL"),
-           py::arg("TH"), py::arg("co"))
+           py::arg("sem"), py::arg("N"), py::arg("K"), py::arg("S"), py::arg("pf"), py::arg("cl"), py::arg("zbase"),
+           py::arg("co"))
       .def("__call__", &Launch::call, py::arg("x"), py::arg("out"), py::arg("M"), py::arg("stream"), py::arg("pdl"))
       .def_readonly("kind", &Launch::kind)
       .def_readonly("t", &Launch::t);
@@ -1720,9 +1737,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     check_rc(rc, config_name(kind, t));
     return {res[0], res[1], res[2], res[3]};
   }, "registers / spill bytes / static smem / max threads of a compiled config; [] if it is not compiled in");
-  m.def("unpackz", [](uintptr_t w, uintptr_t out, int N, int K, uint32_t TL, uint32_t TH, uintptr_t stream) {
-    const int rc = unpackz_launch(reinterpret_cast<const void*>(w), reinterpret_cast<void*>(out), N, K, TL, TH,
-                                  reinterpret_cast<cudaStream_t>(stream));
+  m.def("unpackz", [](uintptr_t w, uintptr_t zbase, uintptr_t out, int N, int K, uintptr_t stream) {
+    const int rc = unpackz_launch(reinterpret_cast<const void*>(w), reinterpret_cast<const void*>(zbase),
+                                  reinterpret_cast<void*>(out), N, K, reinterpret_cast<cudaStream_t>(stream));
     if (rc) check_rc(rc, "unpackz");
   }, "decode a 12-bit stream to bf16 [N, K] (prepare's check)");
 }
@@ -1915,131 +1932,136 @@ def split_hi_lo(w32):
 #
 # A bf16 is s | e7..e0 | m6..m0. Its low byte (e0 + 7 mantissa bits) is stored verbatim (8 bits). Its high
 # byte minus the sign, the "class" e7..e1 (7 bits, a factor-4 range of magnitudes), is stored as a 3-bit
-# index into an 8-entry window of classes chosen per matrix from its class histogram (the 8 most common),
-# and the sign as a 4th bit: 12 bits per weight, fixed rate.
+# index into its row's window, and the sign as a 4th bit: 12 bits per weight, fixed rate. A row's window is 8
+# consecutive classes zbase[r] .. zbase[r] + 7 (16 binades), the run that holds most of the row's weights, so
+# rows of different scale each get the binades they use (FINDINGS.md section 19; one window per matrix put
+# 0.3-0.8% of row-scaled weights out of window).
 #
-# Out-of-window weights (exceptions) are stored as a fixed in-window value v (+0 when the window holds class
-# 0, else the smallest class with W's sign, low byte 0) plus an fp32 correction c = fl(W - v) in a side
-# table; prepare accepts the matrix only if fl(v + c) == W bit for bit for every exception (else it retries
-# with class 0 in the window, where v = +0 and c = W always works; else the plain path). So the streamed
-# stream never branches, and a one-hot probe on an exception column returns v + c = W exactly.
+# Every weight is stored as index clamp(class - zbase, 0, 7), its own sign and low byte: in-window weights decode
+# to themselves, out-of-window weights (exceptions) to v, the nearest window class with W's sign and low byte.
+# An fp32 correction c = fl(W - v) in a side table restores them: pack_z takes a row's best window only if
+# fl(v + c) == W bit for bit for every exception of the row (true when W is within 16 binades of the window;
+# otherwise it tries the row's other windows, most weights first; if none works, e.g. a subnormal next to
+# normal weights, it refuses the matrix and the layer runs plain). Zeros are exceptions whose v + c is +0: the
+# sign of a zero weight is not kept, which no GEMV output can observe (every sum starts from +0, and a
+# product with -0 adds nothing to it). So the stream never branches, and a one-hot probe on an exception
+# column returns v + c = W exactly.
 #
 # Layout per (16-row block rb, 64-wide group G): 96 units of 16 B = 1536 B (vs 2048 B of bf16)
 #   units  0..31  A0[lane]: low bytes of fragment f0 (j0..j7) then f1 (j0..j7)
 #   units 32..63  A1[lane]: low bytes of f2, f3
-#   units 64..95  B[lane]:  code words of f0, f1, f2, f3 (one 32-bit word per fragment)
+#   units 64..95  C[lane]:  code words of f0, f1, f2, f3 (one 32-bit word per fragment)
 # where f = 2*kb2 + s is mma step s of K block kb = 2G + kb2, i.e. fragment f of a lane holds exactly
-# what pack_plain puts in unit (kb, s, lane). Code word (decz): nibble j bits 0..2 = window index of j;
-# sign of j0..j3 at bits 7, 15, 23, 31, of j4..j7 at bits 3, 11, 19, 27.
-# Side table, CSR: eptr int32 [N + 1] (row r's exceptions are entries eptr[r] .. eptr[r+1]-1) and esc int32
-# [n_exc, 2] = {k, fp32 bits of c}, row-major, each row's k ascending: 64 bits per exception + 32 per row
-# (trained-looking weights: 0.034-0.045 bit per weight; the padded [N, capr] table it replaced: 0.09-0.19).
+# what pack_plain puts in unit (kb, s, lane). Code word (decz): byte b holds the index of j_b in bits 0..2,
+# of j_b+4 in bits 4..6, the sign of j_b in bit 7 and of j_4+(b+3)%4 in bit 3 (ZIDX_BIT, ZSIGN_BIT).
+# zbase: uint8 [N], 8 bits per row. Side table, CSR: eptr int32 [N + 1] (row r's exceptions are entries
+# eptr[r] .. eptr[r+1]-1) and esc int32 [n_exc, 2] = {k, fp32 bits of c}, row-major, each row's k ascending:
+# 64 bits per exception + 32 per row (trained-looking weights: 0.03-0.05 bit per weight).
 # ===================================================================================================
-ZSIGN_BIT = (7, 15, 23, 31, 3, 11, 19, 27)   # code-word bit that holds the sign of fragment element j
+ZIDX_BIT = (0, 8, 16, 24, 4, 12, 20, 28)      # code-word bit where fragment element j's 3-bit index starts
+ZSIGN_BIT = (7, 15, 23, 31, 11, 19, 27, 3)    # code-word bit that holds the sign of fragment element j
+ZBASES = 121                                  # window starts 0 .. 120 (class + 7 <= 127)
 
-ZPack = collections.namedtuple("ZPack", "stream eptr esc capr window TL TH mode n_exc exc_cols")
+ZPack = collections.namedtuple("ZPack", "stream zbase eptr esc capr n_exc exc_cols moved")
+# moved: rows whose window is not their fullest run of 8 classes (the fullest left an exception inexact)
 
 
 def side_table_bits(z, N, K):
-    """Bits per weight of the exception side table (CSR: eptr [N + 1] int32 + esc [n_exc] int2)."""
-    return (64 * z.n_exc + 32 * (N + 1)) / (N * K)
+    """Bits per weight beyond the 12 of the stream: the windows (8 per row) and the exception side table (CSR:
+    eptr [N + 1] int32 + esc [n_exc] int2)."""
+    return (64 * z.n_exc + 32 * (N + 1) + 8 * N) / (N * K)
 
 
-def _window_words(window):
-    tl = window[0] | window[1] << 8 | window[2] << 16 | window[3] << 24
-    th = window[4] | window[5] << 8 | window[6] << 16 | window[7] << 24
-    return tl, th
+def _zrow_counts(cls, chunk=1024):
+    """[N, ZBASES] int64: how many of each row's weights a window starting at class b holds."""
+    N = cls.shape[0]
+    hist = torch.zeros((N, 128), dtype=torch.int64, device=cls.device)
+    for r0 in range(0, N, chunk):                       # row chunks: the bincount keys stay small
+        c = cls[r0:r0 + chunk]
+        key = (torch.arange(c.shape[0], device=cls.device)[:, None] * 128 + c).flatten()
+        hist[r0:r0 + c.shape[0]] = torch.bincount(key, minlength=c.shape[0] * 128).view(-1, 128)
+    csum = torch.nn.functional.pad(torch.cumsum(hist, 1), (1, 0))
+    return csum[:, 8:] - csum[:, :ZBASES]
 
 
-def zwindow(hist, with_zero):
-    """The 8 window classes (ascending) from a 128-bin class histogram: the most common classes; with_zero
-    forces class 0 in (so exceptions can decode to +0). Ties go to the smaller class (stable sort)."""
-    order = torch.sort(-hist.cpu().to(torch.int64), stable=True).indices.tolist()
-    if with_zero:
-        chosen = [0] + [c for c in order if c != 0][:7]
-    else:
-        chosen = order[:8]
-    return sorted(chosen)
+def _zdecode_exact(bits, base):
+    """For weights bits (int32 [..., K]) stored with windows base (int [..., 1] or broadcastable): the index each is
+    stored with, whether it is an exception, and whether v + c == W for it (True for in-window weights)."""
+    cls = (bits >> 8) & 0x7F
+    d = cls - base
+    exc = (d < 0) | (d > 7)
+    idx = d.clamp(0, 7)
+    v = (((bits >> 15) & 1) << 15) | ((base + idx) << 8) | (bits & 0xFF)
+    v = (v - ((v >> 15) << 16)).to(torch.int16).view(torch.bfloat16).float()
+    w = (bits - ((bits >> 15) << 16)).to(torch.int16).view(torch.bfloat16).float()
+    corr = w - v
+    back = v + corr
+    ok = (back.view(torch.int32) == w.view(torch.int32)) | (torch.isnan(back) & torch.isnan(w)) | \
+         ((w == 0) & (back == 0))
+    return idx, exc, ok | ~exc, corr
 
 
-def pack_z(w, with_zero=None):
+def pack_z(w):
     """Compress bf16 W [N, K] (N % 16 == 0, K % 64 == 0) to the 12-bit format; torch ops, CPU or GPU.
 
-    Returns ZPack(stream uint8 [N/16, K/64, 1536], eptr int32 [N + 1], esc int32 [max(n_exc, 1), 2], capr,
-    window (8 classes), TL, TH, mode ('8-class' or 'zero-class'), n_exc, exc_cols (sorted unique k of exceptions)).
-    The side table is CSR: row r's exceptions are esc[eptr[r]:eptr[r + 1]] = {k, fp32 bits of the correction},
-    k ascending; capr is the largest count of one row.
-    NaN weights come back as NaN at the same positions; a signalling NaN's payload comes back quiet (the
-    correction W - v is computed in fp32), which no GEMV output can observe.
-    with_zero=None tries the 8 most common classes first and falls back to a window with class 0 if an
-    exception is not exactly v + c; True / False force one mode (then inexact exceptions raise).
+    Returns ZPack(stream uint8 [N/16, K/64, 1536], zbase uint8 [N], eptr int32 [N + 1], esc int32
+    [max(n_exc, 1), 2], capr, n_exc, exc_cols (sorted unique k of exceptions), moved).
+    Row r's window is classes zbase[r] .. zbase[r] + 7: the run of 8 holding most of its weights (ties: the
+    smaller start) among those that leave every exception of the row exact as v + c. The side table is CSR:
+    row r's exceptions are esc[eptr[r]:eptr[r + 1]] = {k, fp32 bits of the correction}, k ascending; capr is
+    the largest count of one row.
+    NaN weights come back as NaN at the same positions (a signalling NaN's payload comes back quiet: the
+    correction W - v is computed in fp32), zeros as +0; no GEMV output can observe either. Raises ValueError
+    when a row has no exact window (e.g. subnormals next to normal weights).
     """
     N, K = w.shape
     if w.dtype != torch.bfloat16:
         raise TypeError(f"pack_z needs a bf16 weight, got {w.dtype}")
     if N % 16 or K % 64:
         raise ValueError(f"pack_z needs N % 16 == 0 and K % 64 == 0, got N={N}, K={K}")
+    dev = w.device
     bits = w.contiguous().view(torch.int16).to(torch.int32) & 0xFFFF
-    cls = (bits >> 8) & 0x7F
-    hist = torch.bincount(cls.flatten(), minlength=128)
-    modes = [False, True] if with_zero is None else [bool(with_zero)]
-    for zero in modes:
-        window = zwindow(hist, zero)
-        lut = torch.full((128,), -1, dtype=torch.int32, device=w.device)
-        lut[torch.tensor(window, device=w.device)] = torch.arange(8, dtype=torch.int32, device=w.device)
-        idx = lut[cls]
-        exc = idx < 0
-        sgn = (bits >> 15) & 1
-        lo = bits & 0xFF
-        # the value v an exception decodes to
-        if 0 in window:
-            v_idx, v_sgn = window.index(0), torch.zeros_like(sgn)
-        else:
-            v_idx, v_sgn = 0, sgn
-        v_bits = (v_sgn << 15) | (window[v_idx] << 8)
-        ex_r, ex_k = torch.nonzero(exc, as_tuple=True)            # row-major: each row's k ascending
-        wf = w.float()
-        v = (v_bits[ex_r, ex_k].to(torch.int16)).view(torch.bfloat16).float()
-        target = wf[ex_r, ex_k]
-        corr = target - v
-        back = v + corr
-        ok = (back.view(torch.int32) == target.view(torch.int32)) | (torch.isnan(back) & torch.isnan(target))
-        if bool(ok.all()):
-            break
-        if with_zero is not None:
-            raise ValueError(f"{int((~ok).sum())} exceptions are not exact as v + correction in mode "
-                             f"{'zero-class' if zero else '8-class'}")
-    mode = "zero-class" if zero else "8-class"
-    idx = torch.where(exc, torch.full_like(idx, v_idx), idx)
-    sgn = torch.where(exc, v_sgn, sgn)
-    lo = torch.where(exc, torch.zeros_like(lo), lo)
+    counts = _zrow_counts((bits >> 8) & 0x7F)
+    base = torch.argmax(counts, 1)                      # the first maximum: ties to the smaller start
+    idx, exc, ok, corr = _zdecode_exact(bits, base[:, None])
+    bad = torch.nonzero(~ok.all(1)).flatten().tolist()
+    for r in bad:                                       # rare: try the row's other windows, fullest first
+        cand = torch.arange(ZBASES, device=dev)[:, None]
+        good = _zdecode_exact(bits[r][None, :].expand(ZBASES, K), cand)[2].all(1)
+        if not bool(good.any()):
+            raise ValueError(f"row {r}: no window of 8 classes leaves its out-of-window weights exact as v + c "
+                             f"(classes {sorted(set(((bits[r] >> 8) & 0x7F).tolist()))})")
+        base[r] = int(torch.argmax(torch.where(good, counts[r], torch.full_like(counts[r], -1))))
+    if bad:
+        idx, exc, ok, corr = _zdecode_exact(bits, base[:, None])
+        assert bool(ok.all())
 
     # exception table, CSR: the exceptions in row-major order (each row's k ascending) and the row offsets
+    ex_r, ex_k = torch.nonzero(exc, as_tuple=True)
     n_exc = int(ex_r.numel())
-    counts = torch.bincount(ex_r, minlength=N) if n_exc else torch.zeros(N, dtype=torch.int64, device=w.device)
-    capr = int(counts.max()) if n_exc else 0
-    eptr = torch.zeros(N + 1, dtype=torch.int32, device=w.device)
-    eptr[1:] = torch.cumsum(counts, 0).to(torch.int32)
-    esc = torch.zeros((max(n_exc, 1), 2), dtype=torch.int32, device=w.device)
+    per_row = torch.bincount(ex_r, minlength=N) if n_exc else torch.zeros(N, dtype=torch.int64, device=dev)
+    capr = int(per_row.max()) if n_exc else 0
+    eptr = torch.zeros(N + 1, dtype=torch.int32, device=dev)
+    eptr[1:] = torch.cumsum(per_row, 0).to(torch.int32)
+    esc = torch.zeros((max(n_exc, 1), 2), dtype=torch.int32, device=dev)
     if n_exc:
         esc[:n_exc, 0] = ex_k.to(torch.int32)
-        esc[:n_exc, 1] = corr.view(torch.int32)
+        esc[:n_exc, 1] = corr[ex_r, ex_k].view(torch.int32)
     exc_cols = torch.unique(ex_k).tolist() if n_exc else []
 
     # fragment order, as pack_plain: [RB, KB, 2 (s), 32 (lane), 8 (j)] -> [RB, KG, 4 (f = 2 kb2 + s), 32, 8]
     RB, KG = N // 16, K // 64
-    lo_f = pack_plain(lo.to(torch.uint8)).view(RB, KG, 4, 32, 8)
+    lo_f = pack_plain((bits & 0xFF).to(torch.uint8)).view(RB, KG, 4, 32, 8)
     idx_f = pack_plain(idx.to(torch.int64)).view(RB, KG, 4, 32, 8)
-    sgn_f = pack_plain(sgn.to(torch.int64)).view(RB, KG, 4, 32, 8)
-    shift_idx = torch.arange(8, device=w.device, dtype=torch.int64) * 4
-    shift_sgn = torch.tensor(ZSIGN_BIT, device=w.device, dtype=torch.int64)
+    sgn_f = pack_plain(((bits >> 15) & 1).to(torch.int64)).view(RB, KG, 4, 32, 8)
+    shift_idx = torch.tensor(ZIDX_BIT, device=dev, dtype=torch.int64)
+    shift_sgn = torch.tensor(ZSIGN_BIT, device=dev, dtype=torch.int64)
     word = ((idx_f << shift_idx) | (sgn_f << shift_sgn)).sum(-1)                    # [RB, KG, 4, 32]
     word = torch.where(word >= 2 ** 31, word - 2 ** 32, word).to(torch.int32)
     codes = word.permute(0, 1, 3, 2).contiguous().view(torch.uint8)                   # [RB, KG, 32, 16]
     a = lo_f.view(RB, KG, 2, 2, 32, 8).permute(0, 1, 2, 4, 3, 5).reshape(RB, KG, 2, 32, 16)
     stream = torch.cat([a[:, :, 0], a[:, :, 1], codes], dim=2).reshape(RB, KG, 1536).contiguous()
-    tl, th = _window_words(window)
-    return ZPack(stream, eptr, esc, capr, window, tl, th, mode, n_exc, exc_cols)
+    return ZPack(stream, base.to(torch.uint8), eptr, esc, capr, n_exc, exc_cols, len(bad))
 
 
 # ===================================================================================================
@@ -2602,7 +2624,7 @@ class Layer:
             lr = self._ext.Launch(kind=KINDS.index(kind), t=[int(v) for v in t], w=ptr(w),
                                   w2=ptr(self.w2 if kind == "gemv" else None), eptr=ptr(z and z.eptr),
                                   esc=ptr(z and z.esc), ws=ptr(self.ws), sem=ptr(self.sem), N=self.N, K=self.K, S=c.s,
-                                  pf=getattr(c, "pf", 0), cl=c.cl, TL=z.TL if z else 0, TH=z.TH if z else 0, co=c.co)
+                                  pf=getattr(c, "pf", 0), cl=c.cl, zbase=ptr(z and z.zbase), co=c.co)
             self._launches[m] = lr
         return lr
 
@@ -2694,8 +2716,10 @@ class Layer:
         if self.z is not None:
             z = self.z
             rate = z.n_exc / (self.N * self.K)
-            lines.append(f"  12-bit format: window classes {z.window} ({z.mode}), {z.n_exc} exceptions "
-                         f"({100 * rate:.4f}%), at most {z.capr} in a row, side table "
+            lo, hi = int(z.zbase.min()), int(z.zbase.max())
+            lines.append(f"  12-bit format: row windows start at class {lo}..{hi}"
+                         f"{f' ({z.moved} rows off their fullest run, for exactness)' if z.moved else ''}, "
+                         f"{z.n_exc} exceptions ({100 * rate:.4f}%), at most {z.capr} in a row, windows + side table "
                          f"{side_table_bits(z, self.N, self.K):.4f} bit/weight; decode check on the GPU passed")
         else:
             lines.append(f"  12-bit format: {self.z_note}")
@@ -2735,7 +2759,8 @@ def _check_weight(name, weight):
 def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=None, ttable=None, tpick=None):
     """Pack one layer and plan every m. weight: CUDA [N, K], bf16 or fp32 (router: hi + lo, fp32 out).
 
-    path: None (tables decide per m), 'plain', 'compressed' or 'triton' (force one path for every m <= 32).
+    path: None (tables decide per m), 'plain', 'compressed' or 'triton' (force one path for every m <= 32;
+          'compressed' takes the 12-bit format whenever it is exact, whatever its exception rate).
     pdl:  None (env MUSE_PDL, default on), True or False.
     ext:  None (the shipped build) or a module from build_extension(...) (a variant build: tools, tests).
     Runs eagerly (may allocate, synchronize, verify). Returns a Layer; layer.describe() says what each m does.
@@ -2759,7 +2784,7 @@ def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=
            for m in range(1, MAX_M + 1)]
     if any(p.path == "compressed" for p in pre):
         try:
-            L.z = _compress_verified(weight, ext)
+            L.z = _compress_verified(weight, ext, limits=path != "compressed")
             L.z_note = "ok"
         except _NoCompression as e:
             if path == "compressed":
@@ -2790,15 +2815,17 @@ class _NoCompression(Exception):
     pass
 
 
-def _compress_verified(w, ext=None):
-    """pack_z + the GPU decode check (with ext's unpackz; default the shipped build); raises _NoCompression with the reason when the format does not pay."""
+def _compress_verified(w, ext=None, limits=True):
+    """pack_z + the GPU decode check (with ext's unpackz; default the shipped build); raises _NoCompression with the
+    reason when the format is not exact, or (limits) when it does not pay: MAX_EXC_RATE, MAX_CAPR. prepare(path=
+    'compressed') lifts the limits: an exact format is then used however many exceptions it has."""
     N, K = w.shape
     try:
         z = pack_z(w)
     except ValueError as e:
         raise _NoCompression(str(e))
     rate = z.n_exc / (N * K)
-    if rate > MAX_EXC_RATE or z.capr > MAX_CAPR:
+    if limits and (rate > MAX_EXC_RATE or z.capr > MAX_CAPR):
         raise _NoCompression(f"{100 * rate:.3f}% of weights out of window (capr {z.capr}); limits "
                              f"{100 * MAX_EXC_RATE:.2f}% / {MAX_CAPR}")
     bad = verify_z(w, z, ext)
@@ -2809,11 +2836,12 @@ def _compress_verified(w, ext=None):
 
 def verify_z(w, z, ext=None):
     """Decode z on the GPU with the kernel's own decz (ext's unpackz_kernel; default the shipped build) and compare
-    with w bit for bit (exceptions: v + c). Returns '' when exact, else a description of the first mismatch."""
+    with w bit for bit (exceptions: v + c; a zero weight may come back +0). Returns '' when exact, else a
+    description of the first mismatch."""
     N, K = w.shape
     dec = torch.empty((N, K), dtype=torch.bfloat16, device=w.device)
-    (shipped_extension() if ext is None else ext).unpackz(z.stream.data_ptr(), dec.data_ptr(), N, K, z.TL, z.TH,
-                                                          _raw_stream(w.device))
+    (shipped_extension() if ext is None else ext).unpackz(z.stream.data_ptr(), z.zbase.data_ptr(), dec.data_ptr(),
+                                                          N, K, _raw_stream(w.device))
     db = dec.view(torch.int16)
     wb = w.view(torch.int16)
     same = db == wb
@@ -2823,7 +2851,8 @@ def verify_z(w, z, ext=None):
         k, c = e[:, 0].long(), e[:, 1].view(torch.float32)
         back = dec[r, k].float() + c
         tgt = w[r, k].float()
-        ok = (back.view(torch.int32) == tgt.view(torch.int32)) | (torch.isnan(back) & torch.isnan(tgt))
+        ok = (back.view(torch.int32) == tgt.view(torch.int32)) | (torch.isnan(back) & torch.isnan(tgt)) | \
+             ((tgt == 0) & (back == 0))
         if not bool(ok.all()):
             i = int((~ok).nonzero()[0])
             return f"exception at row {int(r[i])}, k {int(k[i])}: v + c = {float(back[i])} != {float(tgt[i])}"

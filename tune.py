@@ -116,9 +116,9 @@ def tune_sources(insts, nfiles):
         cpp += [f"int {name}_{i}({params});" for i in range(nfiles)]
         body = "".join(f"  if ((rc = {name}_{i}({args})) != -1) return rc;\n" for i in range(nfiles))
         cpp.append(f"int {name}({params}) {{\n  int rc;\n{body}  return -1;\n}}")
-    cpp.append("int unpackz_launch_0(const void* w, const void* win, void* out, int N, int K, cudaStream_t st);")
-    cpp.append("int unpackz_launch(const void* w, const void* win, void* out, int N, int K, cudaStream_t st) "
-               "{ return unpackz_launch_0(w, win, out, N, K, st); }")
+    cpp.append("int unpackz_launch_0(const void* w, const void* zbase, void* out, int N, int K, cudaStream_t st);")
+    cpp.append("int unpackz_launch(const void* w, const void* zbase, void* out, int N, int K, cudaStream_t st) "
+               "{ return unpackz_launch_0(w, zbase, out, N, K, st); }")
     return files, "\n".join(cpp) + "\n"
 
 

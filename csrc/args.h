@@ -18,7 +18,7 @@ struct GemvArgs {
   int cl;            // split-K reduction: 0 global ticket, 1 cluster barrier, 2 cluster mbarrier (st.async)
   const void* eptr;  // gemvz: the side table's row offsets, int32 [N + 1]; else unused
   const void* esc;   // gemvz: the side table's entries, int2 {k, fp32 bits of the correction}; else unused
-  uint32_t TL, TH;   // gemvz: the window's 8 classes, 4 bytes each
+  const void* zbase; // gemvz: each row's window, uint8 [N]: row r's 8 classes are zbase[r] .. zbase[r] + 7
 };
 // The order is gemv_kernel's parameter list before the struct (x .. cl). The kernels take it as a __grid_constant__
 // parameter: read in place from the parameter space. Taken by plain value, the router's m = 32 kernel (gemv 8, 1, 4,

@@ -13,7 +13,7 @@
 
 int muse_launch(int kind, const int* t, const GemvArgs& a, int co, bool pdl, cudaStream_t st);
 int muse_attrs(int kind, const int* t, int* res);
-int unpackz_launch(const void* w, void* out, int N, int K, uint32_t TL, uint32_t TH, cudaStream_t st);
+int unpackz_launch(const void* w, const void* zbase, void* out, int N, int K, cudaStream_t st);
 
 namespace py = pybind11;
 
@@ -62,7 +62,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // module_local: every variant build (tools, tests) defines its own Launch; pybind11 would refuse a second global one
   py::class_<Launch>(m, "Launch", py::module_local(), "one planned launch: Launch(...)(x_ptr, out_ptr, M, stream, pdl)")
       .def(py::init([](int kind, std::vector<int> t, uintptr_t w, uintptr_t w2, uintptr_t eptr, uintptr_t esc,
-                       uintptr_t ws, uintptr_t sem, int N, int K, int S, int pf, int cl, uint32_t TL, uint32_t TH,
+                       uintptr_t ws, uintptr_t sem, int N, int K, int S, int pf, int cl, uintptr_t zbase,
                        int co) {
              GemvArgs a{};
              a.w = reinterpret_cast<const void*>(w);
@@ -71,12 +71,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              a.esc = reinterpret_cast<const void*>(esc);
              a.ws = reinterpret_cast<void*>(ws);
              a.sem = reinterpret_cast<void*>(sem);
-             a.N = N, a.K = K, a.S = S, a.pf = pf, a.cl = cl, a.TL = TL, a.TH = TH;
+             a.N = N, a.K = K, a.S = S, a.pf = pf, a.cl = cl;
+             a.zbase = reinterpret_cast<const void*>(zbase);
              return Launch{kind, checked_template(kind, std::move(t)), a, co};
            }),
            py::arg("kind"), py::arg("t"), py::arg("w"), py::arg("w2"), py::arg("eptr"), py::arg("esc"), py::arg("ws"),
-           py::arg("sem"), py::arg("N"), py::arg("K"), py::arg("S"), py::arg("pf"), py::arg("cl"), py::arg("TL"),
-           py::arg("TH"), py::arg("co"))
+           py::arg("sem"), py::arg("N"), py::arg("K"), py::arg("S"), py::arg("pf"), py::arg("cl"), py::arg("zbase"),
+           py::arg("co"))
       .def("__call__", &Launch::call, py::arg("x"), py::arg("out"), py::arg("M"), py::arg("stream"), py::arg("pdl"))
       .def_readonly("kind", &Launch::kind)
       .def_readonly("t", &Launch::t);
@@ -87,9 +88,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     check_rc(rc, config_name(kind, t));
     return {res[0], res[1], res[2], res[3]};
   }, "registers / spill bytes / static smem / max threads of a compiled config; [] if it is not compiled in");
-  m.def("unpackz", [](uintptr_t w, uintptr_t out, int N, int K, uint32_t TL, uint32_t TH, uintptr_t stream) {
-    const int rc = unpackz_launch(reinterpret_cast<const void*>(w), reinterpret_cast<void*>(out), N, K, TL, TH,
-                                  reinterpret_cast<cudaStream_t>(stream));
+  m.def("unpackz", [](uintptr_t w, uintptr_t zbase, uintptr_t out, int N, int K, uintptr_t stream) {
+    const int rc = unpackz_launch(reinterpret_cast<const void*>(w), reinterpret_cast<const void*>(zbase),
+                                  reinterpret_cast<void*>(out), N, K, reinterpret_cast<cudaStream_t>(stream));
     if (rc) check_rc(rc, "unpackz");
   }, "decode a 12-bit stream to bf16 [N, K] (prepare's check)");
 }

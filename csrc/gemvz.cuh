@@ -10,16 +10,20 @@ constexpr bool kSkipCorrections = false;
 #endif
 
 // ---- the 12-bit format ----------------------------------------------------------------------------
-// decz: one m16n8k16 A fragment (8 bf16, element j = 0..7 in mma16816's register order) from
+// Each row r has its own window: the 8 consecutive classes zbase[r] .. zbase[r] + 7 (class = bf16 bits 14..8).
+// A weight is stored as its low byte verbatim, a 3-bit window index i (class = zbase[r] + i) and its sign.
+// decz: one m16n8k16 A fragment (8 bf16, element j = 0..7 in mma16816's register order: j0, j1 and j4, j5 on the
+// lane's row g, j2, j3 and j6, j7 on row g + 8) from
 //   lo0, lo1: verbatim low bytes of j0..j3 and j4..j7 (exponent bit 0 + 7 mantissa bits), byte i = j_i
-//   c:        8 code nibbles: bits 4j..4j+2 = window index of j's high exponent bits (bf16 bits 14..8);
-//             the nibble top bits carry the signs, placed so one mask lands them on bit 7 of each
-//             high byte: bits 7, 15, 23, 31 = signs of j0..j3; bits 3, 11, 19, 27 = signs of j4..j7
-//   TL, TH:   the window, 8 bytes of bf16 bits 14..8 (sign clear), entries 0..3 in TL, 4..7 in TH
-// 13 integer instructions per 8 weights, no branches. Lab: labs/lab3_compress.py, decz().
-__device__ __forceinline__ uint4 decz(uint32_t lo0, uint32_t lo1, uint32_t c, uint32_t TL, uint32_t TH) {
-  const uint32_t h0 = lop3_or_and(prmt(TL, TH, c & 0x7777u), c, 0x80808080u);
-  const uint32_t h1 = lop3_or_and(prmt(TL, TH, (c >> 16) & 0x7777u), c << 4, 0x80808080u);
+//   c:        the code word; byte b = idx(j_b) in bits 0..2, idx(j_b+4) in bits 4..6, sign(j_b) in bit 7 and
+//             sign(j_4+(b+3)%4) in bit 3, placed so that c and c rotated right by 4 each hold 4 indices in bits
+//             0..2 and their signs in bit 7 of every byte
+//   B:        the lane's two windows as bytes {zbase[g], zbase[g], zbase[g + 8], zbase[g + 8]} (zrow_word)
+// A high byte is (index | sign) + base: base <= 120 and index <= 7 never carry into the sign bit. 9 integer
+// instructions per 8 weights (1 SHF, 2 LOP3, 2 IADD3, 4 PRMT), no branches, no table. Lab: labs/lab3_compress.py.
+__device__ __forceinline__ uint4 decz(uint32_t lo0, uint32_t lo1, uint32_t c, uint32_t B) {
+  const uint32_t h0 = (c & 0x87878787u) + B;
+  const uint32_t h1 = (__funnelshift_r(c, c, 4) & 0x87878787u) + B;
   uint4 f;
   f.x = prmt(lo0, h0, 0x5140u);  // {lo j0, hi j0, lo j1, hi j1}
   f.y = prmt(lo0, h0, 0x7362u);  // {lo j2, hi j2, lo j3, hi j3}
@@ -28,7 +32,12 @@ __device__ __forceinline__ uint4 decz(uint32_t lo0, uint32_t lo1, uint32_t c, ui
   return f;
 }
 
-// One batch of UG 64-wide groups of the 12-bit format for each of R row blocks: units A0, A1, B at
+// decz's B for the lane of row g (0..7) of the 16-row block whose first row is row0
+__device__ __forceinline__ uint32_t zrow_word(const uint8_t* __restrict__ zbase, int row0, int g) {
+  return (uint32_t)__ldg(zbase + row0 + g) * 0x0101u | (uint32_t)__ldg(zbase + row0 + g + 8) * 0x01010000u;
+}
+
+// One batch of UG 64-wide groups of the 12-bit format for each of R row blocks: units A0, A1, C (codes) at
 // +0, +32, +64 (512 B per warp load each).
 template <int UG, int R>
 __device__ __forceinline__ void load_zbatch(uint4 (&z)[UG][R][3], const uint4* wp, size_t rstride, int i) {
@@ -43,15 +52,15 @@ __device__ __forceinline__ void load_zbatch(uint4 (&z)[UG][R][3], const uint4* w
     }
 }
 
-// One 64-wide group of one row block: decode its 4 fragments from the A0, A1, B units and run them
-// against the token blocks' x (xa: k 0..31 of the group, xb: k 32..63), 4 NB mma.
+// One 64-wide group of one row block: decode its 4 fragments from the A0, A1, C units with the rows' window
+// word B, and run them against the token blocks' x (xa: k 0..31 of the group, xb: k 32..63), 4 NB mma.
 template <int NB>
 __device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)[3], const uint4 (&xa)[NB],
-                                           const uint4 (&xb)[NB], uint32_t TL, uint32_t TH) {
-  const uint4 f0 = decz(z[0].x, z[0].y, z[2].x, TL, TH);
-  const uint4 f1 = decz(z[0].z, z[0].w, z[2].y, TL, TH);
-  const uint4 f2 = decz(z[1].x, z[1].y, z[2].z, TL, TH);
-  const uint4 f3 = decz(z[1].z, z[1].w, z[2].w, TL, TH);
+                                           const uint4 (&xb)[NB], uint32_t B) {
+  const uint4 f0 = decz(z[0].x, z[0].y, z[2].x, B);
+  const uint4 f1 = decz(z[0].z, z[0].w, z[2].y, B);
+  const uint4 f2 = decz(z[1].x, z[1].y, z[2].z, B);
+  const uint4 f3 = decz(z[1].z, z[1].w, z[2].w, B);
 #pragma unroll
   for (int nb = 0; nb < NB; nb++) {
     mma16816(acc[nb], f0, xa[nb].x, xa[nb].y);
@@ -62,13 +71,14 @@ __device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)
 }
 
 // ---- gemvz_kernel: the compressed GEMV with its exception warp ------------------------------------
-// Contract: x as gemv_kernel; w = pack_z's stream: [N/16][K/64][A0 32 units | A1 32 units | B 32 units]
-// of 16 B; the side table in CSR: row r's exceptions are esc[eptr[r] .. eptr[r+1]) = int2 {k, fp32 bits of
-// the correction}, k ascending; out bf16 [M, N]. Requires N % (16R) == 0, K/64 % (S*NW*UG) == 0.
+// Contract: x as gemv_kernel; w = pack_z's stream: [N/16][K/64][A0 32 units | A1 32 units | C 32 units]
+// of 16 B; zbase uint8 [N], each row's window; the side table in CSR: row r's exceptions are
+// esc[eptr[r] .. eptr[r+1]) = int2 {k, fp32 bits of the correction}, k ascending; out bf16 [M, N].
+// Requires N % (16R) == 0, K/64 % (S*NW*UG) == 0.
 //
-//   warps 0..NW-1 stream: per 64-wide group and row block, a lane loads A0, A1, B (48 B) and decodes 4
-//     fragments: f0 = decz(A0.x, A0.y, B.x), f1 = (A0.z, A0.w, B.y) -> K block 2G, steps 0/1; f2, f3 from
-//     A1 -> block 2G+1. Grid, R, PIPE and pf as gemv_kernel.
+//   warps 0..NW-1 stream: per 64-wide group and row block, a lane loads A0, A1, C (48 B) and decodes 4
+//     fragments with its rows' window word B (zrow_word, read before the wait): f0 = decz(A0.x, A0.y, C.x),
+//     f1 = (A0.z, A0.w, C.y) -> K block 2G, steps 0/1; f2, f3 from A1 -> block 2G+1. Grid, R, PIPE and pf as gemv_kernel.
 //   warp NW (the exception warp): lane -> row r = lane & 15 of each of the R blocks, tokens p, p+2, ...
 //     (p = lane >> 4); adds correction x x[token][k] for its rows' exceptions in [klo, khi), in k order,
 //     into smem ecorr; one barrier; the corrections are added after the warps' reduction, before split-K.
@@ -81,8 +91,8 @@ __device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)
 //     it syncs), away from their first x misses: o_proj m=16 -0.1 us (FINDINGS.md, session 14); at NB = 1 it starts at
 //     the wait (the late start lost up to 0.35 us there). The walk is never the CTA's last warp at the barrier; what it
 //     costs (0.2-0.5 us at m=16) is its L2 requests slowing the stream (session 14's trace and timing-only variants).
-// An out-of-window weight decodes to a fixed in-window value v (+0 when the window holds zero);
-// prepare verified fl32(v + correction) == W for every one of them. A build with MUSE_SKIP_CORRECTIONS defined skips
+// An out-of-window weight decodes to v, its own sign and low byte with the nearest window class; prepare verified
+// fl32(v + correction) == W for every one of them. A build with MUSE_SKIP_CORRECTIONS defined skips
 // the corrections (wrong results: tools/ab.py times what they cost; a GPU test checks that they matter).
 // Lab: labs/lab3_compress.py (format, decz, the kernel in miniature).
 template <int NW, int UG, int NB, int R, int PIPE>
@@ -97,7 +107,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
   float4* __restrict__ ws = static_cast<float4*>(args.ws);
   int* __restrict__ sem = static_cast<int*>(args.sem);
   const int M = args.M, N = args.N, K = args.K, S = args.S, pf = args.pf, cl = args.cl;
-  const uint32_t TL = args.TL, TH = args.TH;
+  const uint8_t* __restrict__ zbase = static_cast<const uint8_t*>(args.zbase);
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   constexpr int EC = NB == 4 ? 2 : 4;  // exception chunk: EC entries x NB*4 tokens of x in flight per lane
   constexpr bool LATE = NB >= 2;  // the walk starts once every streaming warp is through its first trip
@@ -217,8 +227,13 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
     }
     uint4 z[UG][R][3];
     load_zbatch<UG, R>(z, wp, rstride, 0);
+    uint32_t B[R];  // the rows' windows (constant after prepare: read before the wait, with the first batch)
+#pragma unroll
+    for (int r = 0; r < R; r++) B[r] = zrow_word(zbase, (rg * R + r) * 16, g);
     {
       uint32_t chk = 0;
+#pragma unroll
+      for (int r = 0; r < R; r++) chk ^= B[r];
 #pragma unroll
       for (int u = 0; u < UG; u++)
 #pragma unroll
@@ -257,7 +272,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
           }
           TR_ARRIVED(i == 0 && u == 0, z[0][0][0].x, xa[0].x)
 #pragma unroll
-          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, TL, TH);
+          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa, xb, B[r]);
         }
         let_exception_warp_go(i);
       }
@@ -281,7 +296,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
 #pragma unroll
         for (int u = 0; u < UG; u++)
 #pragma unroll
-          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], TL, TH);
+          for (int r = 0; r < R; r++) mma_zgroup<NB>(acc[r], z[u][r], xa[u], xb[u], B[r]);
         let_exception_warp_go(i);
 #pragma unroll
         for (int u = 0; u < UG; u++)
@@ -325,8 +340,8 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
 // ---- unpackz_kernel: decode the whole 12-bit stream back to bf16 [N, K] ---------------------------
 // prepare() runs it on every layer it compresses and compares with the weight, bit for bit, so the
 // decoder that runs in gemvz_kernel (decz) is checked on the GPU itself. One thread per (rb, G, lane).
-__global__ void unpackz_kernel(const uint4* __restrict__ w, uint16_t* __restrict__ out, int N, int K,
-                               uint32_t TL, uint32_t TH) {
+__global__ void unpackz_kernel(const uint4* __restrict__ w, const uint8_t* __restrict__ zbase,
+                               uint16_t* __restrict__ out, int N, int K) {
   const int KG = K / 64;
   const size_t id = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (id >= (size_t)(N / 16) * KG * 32) return;
@@ -334,9 +349,10 @@ __global__ void unpackz_kernel(const uint4* __restrict__ w, uint16_t* __restrict
   const size_t blk = id >> 5;
   const int rb = (int)(blk / KG), G = (int)(blk % KG);
   const uint4* p = w + blk * 96 + lane;
-  const uint4 A0 = p[0], A1 = p[32], B = p[64];
-  const uint4 f[4] = {decz(A0.x, A0.y, B.x, TL, TH), decz(A0.z, A0.w, B.y, TL, TH),
-                      decz(A1.x, A1.y, B.z, TL, TH), decz(A1.z, A1.w, B.w, TL, TH)};
+  const uint4 A0 = p[0], A1 = p[32], C = p[64];
+  const uint32_t B = zrow_word(zbase, rb * 16, g);
+  const uint4 f[4] = {decz(A0.x, A0.y, C.x, B), decz(A0.z, A0.w, C.y, B),
+                      decz(A1.x, A1.y, C.z, B), decz(A1.z, A1.w, C.w, B)};
 #pragma unroll
   for (int fi = 0; fi < 4; fi++) {
     const uint32_t regs[4] = {f[fi].x, f[fi].y, f[fi].z, f[fi].w};

@@ -196,8 +196,8 @@ int muse_attrs(int kind, const int* t, int* res) {
   return -1;
 }
 
-int unpackz_launch(const void* w, void* out, int N, int K, uint32_t TL, uint32_t TH, cudaStream_t st) {
+int unpackz_launch(const void* w, const void* zbase, void* out, int N, int K, cudaStream_t st) {
   const size_t threads = (size_t)(N / 16) * (K / 64) * 32;
   return launch_pdl(unpackz_kernel, dim3((unsigned)((threads + 255) / 256)), dim3(256), st, false, 1, 0, -1,
-                    (const uint4*)w, (uint16_t*)out, N, K, TL, TH);
+                    (const uint4*)w, (const uint8_t*)zbase, (uint16_t*)out, N, K);
 }

@@ -1,13 +1,11 @@
-"""Lab 7 (windows per matrix / tile / 16-row block / row for the 12-bit format, issue #29): the per-group pack +
-decz + corrections is bit-exact on every generator and on special values, and the lab reproduces the format
-submission.py packs (CPU only: MUSE_BUILD=0): one window per matrix, so the "matrix" granularity == pack_z (window,
-mode, exceptions, stream, side table) and its bits == 12 + side_table_bits + one 56-bit window. (The tests of the
-per-block format tried in session 16, 34e5d9f, went with it: experiments/per-block-windows.diff; git show a50767a.)
-Small shapes: the study itself runs as `python labs/lab7_windows.py`."""
-import os
-
-os.environ.setdefault("MUSE_BUILD", "0")   # before importing submission: no CUDA build on a CPU machine
-
+"""Lab 7 (windows per matrix / tile / 16-row block / row for the table-lookup 12-bit format, issue #29): the
+per-group pack + decz + corrections is bit-exact on every generator and on special values; the "matrix" granularity
+is the one-window-per-matrix format shipped until session 17 (window, mode, exceptions, stream, side table, bits ==
+a reference copy of that packer, _old_pack_z_np below); and the "row" granularity with contiguous windows, without
+the class-0 form, is the per-row format shipped now (lab3.pack_z_np: same windows, same exceptions) where the two
+should agree. (The tests of the per-block format tried in session 16, 34e5d9f, went with it:
+experiments/per-block-windows.diff; git show a50767a.) numpy only, small shapes: the study itself runs as
+`python labs/lab7_windows.py`."""
 import functools
 import importlib.util
 import pathlib
@@ -16,13 +14,10 @@ import sys
 
 import numpy as np
 import pytest
-import torch
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 LABS = REPO / "labs"
-sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(LABS))    # the lab imports labkit and lab3_compress
-import submission  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("lab7_windows", LABS / "lab7_windows.py")
 lab7 = importlib.util.module_from_spec(_spec)
@@ -33,15 +28,10 @@ GENS = list(lab7.GENERATORS)
 GRANS = [g for g, _ in lab7.GRANULARITIES]
 
 
-def _bf16(u16):
-    """numpy uint16 bit patterns -> torch bf16 tensor with the same bits."""
-    return torch.from_numpy(np.ascontiguousarray(u16).view(np.int16).copy()).view(torch.bfloat16)
-
-
 def _assert_lossless(W, gran, kind):
     back, z = lab7.roundtrip_np(W, gran, kind)
     assert z["bad"] == 0, f"{gran} {kind}: {z['bad']} exceptions with fl32(v + c) != W"
-    assert lab3.same_bits(back, W).all(), f"{gran} {kind}: decode + corrections != W"
+    assert lab7.same_bits(back, W).all(), f"{gran} {kind}: decode + corrections != W"
     nan = ((W & 0x7F80) == 0x7F80) & ((W & 0x7F) != 0)
     assert np.array_equal(back[~nan], W[~nan]), f"{gran} {kind}: a non-NaN weight changed bits"
     return back, z
@@ -102,11 +92,11 @@ def test_decz_rows_and_contiguous_words():
     # with both rows on the same window, decz_rows is decz
     c, lo0, lo1 = (rng.integers(0, 2 ** 32, 64, dtype=np.uint64).astype(np.uint32) for _ in range(3))
     same = lab7.decz_rows(lo0, lo1, c, TLa, THa, TLa, THa)
-    ref = lab3.decz(lo0, lo1, c, TLa, THa)
+    ref = lab7.decz(lo0, lo1, c, TLa, THa)
     assert all(np.array_equal(x, y) for x, y in zip(same, ref))
     # elements j with j & 2 take row g + 8's window
     two = lab7.decz_rows(lo0, lo1, c, TLa, THa, TLb, THb)
-    refb = lab3.decz(lo0, lo1, c, TLb, THb)
+    refb = lab7.decz(lo0, lo1, c, TLb, THb)
     for j in range(8):
         got = (two[j >> 1] >> np.uint32(16 * (j & 1))) & np.uint32(0xFFFF)
         want = ((refb if j & 2 else ref)[j >> 1] >> np.uint32(16 * (j & 1))) & np.uint32(0xFFFF)
@@ -119,14 +109,14 @@ def test_decz_rows_and_contiguous_words():
             win[:, 1] if zero else win[:, 0], zero)))
 
 
-def test_top8_windows_are_lab3s_choose_window_per_group():
+def test_top8_windows_are_choose_window_per_group():
     W = lab7.make_weights("row_scaled_4", 256, 256, seed=4)
     rh = lab7.row_hist(lab7.classes(W))
     for rpg in (0, 64, 16, 1):
         gh = lab7.group_hist(rh, lab7.group_of_row(256, rpg))
         for zero in (False, True):
             win = lab7.top8_windows(gh, zero)
-            assert [list(w) for w in win] == [lab3.choose_window(h, zero) for h in gh]
+            assert [list(w) for w in win] == [lab7.choose_window(h, zero) for h in gh]
 
 
 def test_contiguous_window_holds_the_most_weights_of_its_form():
@@ -140,7 +130,64 @@ def test_contiguous_window_holds_the_most_weights_of_its_form():
         assert cover[g] == max(best8, best7) and zero[g] == (best7 > best8)
 
 
-# ---- the lab's granularities reproduce submission's packer --------------------------------------------------------
+# ---- "matrix" is the per-matrix format shipped until session 17 --------------------------------------------------
+def _old_pack_z_np(W):
+    """The one-window-per-matrix packer shipped until session 17 (lab3.pack_z_np at 7b14666, == submission.pack_z of
+    then), kept here as the reference for lab7's "matrix" granularity: the 8 most common classes of the matrix
+    (lab7.choose_window), retried with class 0 forced in if an exception's fl32(v + c) != W; v = +0 when class 0 is
+    in the window, else the window's smallest class with W's sign and low byte 0; index in nibble j of the code word,
+    sign at lab7.ZSIGN_BIT[j]. Written apart from lab7.pack_groups_np / build_stream."""
+    U32 = np.uint32
+    W = np.asarray(W, np.uint16)
+    N, K = W.shape
+    bits = W.astype(U32)
+    cls, sgn, lo = (bits >> U32(8)) & U32(0x7F), bits >> U32(15), bits & U32(0xFF)
+    hist = np.bincount(cls.ravel().astype(np.intp), minlength=128)
+    target_all = lab3.f32_of_bf16(W)
+    for with_zero in (False, True):
+        window = lab7.choose_window(hist, with_zero)
+        lut = np.full(128, -1, np.int64)
+        lut[window] = np.arange(8)
+        idx = lut[cls]
+        exc = idx < 0
+        if 0 in window:                                   # v = +0
+            v_idx, v_sgn = window.index(0), np.zeros_like(sgn)
+        else:                                             # v = smallest window class, W's sign, low byte 0
+            v_idx, v_sgn = 0, sgn
+        v_bits = (v_sgn << U32(15)) | U32(window[v_idx] << 8)
+        er, ek = np.nonzero(exc)
+        v, target = lab3.f32_of_bf16(v_bits[er, ek]), target_all[er, ek]
+        with np.errstate(all="ignore"):
+            corr = (target - v).astype(np.float32)
+            back = (v + corr).astype(np.float32)
+        if ((back.view(U32) == target.view(U32)) | (np.isnan(back) & np.isnan(target))).all():
+            break
+    idx = np.where(exc, v_idx, idx).astype(U32)
+    sgn = np.where(exc, v_sgn, sgn).astype(U32)
+    lo = np.where(exc, 0, lo).astype(U32)
+    counts = np.bincount(er, minlength=N)
+    eptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    esc = np.zeros((max(er.size, 1), 2), np.int32)
+    esc[:er.size, 0] = ek
+    esc[:er.size, 1] = corr.view(np.int32)
+    RB, KG = N // 16, K // 64
+    idx4, sgn4, lo4 = (a.reshape(RB, 16, KG, 64) for a in (idx, sgn, lo))
+    stream = np.zeros((RB, KG, 96, 16), np.uint8)
+    for lane in range(32):
+        for f in range(4):
+            word = np.zeros((RB, KG), U32)
+            for j in range(8):
+                row, k = lab3.frag_pos(lane, f, j)
+                stream[:, :, 32 * (f >> 1) + lane, 8 * (f & 1) + j] = lo4[:, row, :, k]
+                word |= (idx4[:, row, :, k] << U32(4 * j)) | (sgn4[:, row, :, k] << U32(lab7.ZSIGN_BIT[j]))
+            for byte in range(4):
+                stream[:, :, 64 + lane, 4 * f + byte] = (word >> U32(8 * byte)) & U32(0xFF)
+    TL = window[0] | window[1] << 8 | window[2] << 16 | window[3] << 24
+    TH = window[4] | window[5] << 8 | window[6] << 16 | window[7] << 24
+    return dict(stream=stream.reshape(RB, KG, 1536), eptr=eptr, esc=esc, capr=int(counts.max()) if er.size else 0,
+                window=window, TL=TL, TH=TH, mode="zero-class" if with_zero else "8-class", n_exc=int(er.size))
+
+
 def _tiny_inexact(W, rows_per_group, row=17):
     """Whether 0x2E63 at `row` is inexact against its group's 8-class window (v = that window's smallest class)."""
     N = W.shape[0]
@@ -165,29 +212,102 @@ CASES = GENS + ["specials", "tiny", "negzero"]
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_matrix_granularity_reproduces_pack_z(case):
+def test_matrix_granularity_reproduces_the_per_matrix_packer(case):
     W = _cases()[case].copy()
     N, K = W.shape
-    z = submission.pack_z(_bf16(W))
+    ref = _old_pack_z_np(W)
     a = lab7.analyze(W, "matrix", "top8")
-    assert [int(c) for c in a["win"][0]] == list(z.window)
-    assert a["n_exc"] == z.n_exc and a["max_exc_row"] == z.capr
-    assert (a["retried_groups"] == 1) == (z.mode == "zero-class")
+    assert [int(c) for c in a["win"][0]] == ref["window"]
+    assert a["n_exc"] == ref["n_exc"] and a["max_exc_row"] == ref["capr"]
+    assert (a["retried_groups"] == 1) == (ref["mode"] == "zero-class")
     if case == "negzero":
-        assert z.mode == "zero-class" and a["inexact_8class"] == 1
+        assert ref["mode"] == "zero-class" and a["inexact_8class"] == 1
     if case == "tiny":
-        assert (z.mode == "zero-class") == _tiny_inexact(W, 0)
+        assert (ref["mode"] == "zero-class") == _tiny_inexact(W, 0)
     if case == "pruned_50":
-        assert z.mode == "8-class" and a["win"][0, 0] == 0       # class 0 among the 8 most common: no retry
+        assert ref["mode"] == "8-class" and a["win"][0, 0] == 0       # class 0 among the 8 most common: no retry
     p = lab7.pack_groups_np(W, "matrix", "top8")
-    assert np.array_equal(p["stream"], z.stream.numpy())
-    assert (int(p["TL"][0]), int(p["TH"][0])) == (z.TL, z.TH)
-    assert np.array_equal(p["eptr"], z.eptr.numpy()) and np.array_equal(p["esc"], z.esc.numpy())
-    # bits: the side table is submission.side_table_bits; the window adds 56 bits per matrix
-    assert a["side_bits"] == pytest.approx(submission.side_table_bits(z, N, K), rel=0, abs=1e-15)
-    assert a["bits_per_weight"] == pytest.approx(12 + submission.side_table_bits(z, N, K) + 56 / (N * K),
-                                                 rel=0, abs=1e-12)
+    assert np.array_equal(p["stream"], ref["stream"])
+    assert (int(p["TL"][0]), int(p["TH"][0])) == (ref["TL"], ref["TH"])
+    assert np.array_equal(p["eptr"], ref["eptr"]) and np.array_equal(p["esc"], ref["esc"])
+    # the round trip: lab7's table-lookup decz (unpack_np, as roundtrip_np) + corrections == W, -0 kept as -0
+    back = lab3.restore_np(lab7.unpack_np(p, N, K), p["eptr"], p["esc"])
+    assert p["bad"] == 0 and lab7.same_bits(back, W).all()
+    nan = ((W & 0x7F80) == 0x7F80) & ((W & 0x7F) != 0)
+    assert np.array_equal(back[~nan], W[~nan])
+    # bits: 12 + the side table of then (64 per exception + 32 per row pointer) + one 56-bit window
+    side = (64 * ref["n_exc"] + 32 * (N + 1)) / (N * K)
+    assert a["side_bits"] == pytest.approx(side, rel=0, abs=1e-15)
+    assert a["bits_per_weight"] == pytest.approx(12 + side + 56 / (N * K), rel=0, abs=1e-12)
 
+
+def test_same_bits_keeps_the_sign_of_zero():
+    """lab7.same_bits is the table-lookup format's rule (NaN == NaN only): that format keeps -0 (in its window or
+    through the class-0 retry), so -0 coming back +0 is a failure here, though lab3.same_bits (the per-row format,
+    which decodes an exceptional -0 as +0) accepts it."""
+    a = np.array([0x8000, 0x0000, 0x7FC0, 0x7F81, 0xFFC0, 0x3F80, 0x3F80], np.uint16)
+    b = np.array([0x0000, 0x8000, 0x7FC0, 0x7FC0, 0x7FC1, 0x3F80, 0x3F81], np.uint16)
+    assert list(lab7.same_bits(a, b)) == [False, False, True, True, True, True, False]
+
+
+# ---- "row" with contiguous windows vs the per-row format shipped now (lab3.pack_z_np) -----------------------------
+# Where they should agree: lab3.pack_z_np gives each row the run of 8 classes holding most of its weights (ties: the
+# smaller base) unless its exceptions are inexact, then the next fullest (z["moved"] counts those rows); lab7's
+# contiguous_windows(..., zero_form=False) is the same first choice. On these generators (randn * 0.02 with row,
+# block or column scales, Student-t, trained-like, half pruned) no weight is tiny enough to be inexact against either
+# format's v (the preconditions below), so the windows, and with them every exception's position, must be the same.
+# (pruned_50's rows split between base 0, the zeros and classes 1..7, and the run of its nonzero weights, whichever
+# holds more: both formats must split them alike.)
+ROW_GENS = ("gaussian", "row_scaled_4", "row_scaled_2", "block_scaled_64", "student_t3", "col_outliers",
+            "trained_like", "pruned_50")
+
+
+@functools.lru_cache(maxsize=None)
+def _row_case(name):
+    W = lab7.make_weights(name, 128, 1024, seed=3)
+    cls = lab7.classes(W)
+    return W, cls, lab7.row_hist(cls), lab3.pack_z_np(W)
+
+
+@pytest.mark.parametrize("name", ROW_GENS)
+def test_row_contiguous_without_class_0_form_is_the_shipped_per_row_format(name):
+    W, cls, rh, z = _row_case(name)
+    N, K = W.shape
+    win, zero = lab7.contiguous_windows(rh, False, zero_form=False)        # one group per row: ghist == rowhist
+    assert not zero.any()
+    # preconditions: no row moved for exactness (shipped), no exception inexact against the old v (lab7)
+    assert z["moved"] == 0
+    assert lab7.count_inexact(W, cls, rh, np.arange(N), win).sum() == 0
+    assert np.array_equal(win[:, 0], z["zbase"].astype(np.int64))
+    exc = ~np.take_along_axis(lab7.membership(win), cls.astype(np.intp), axis=1)       # [N, K] out of window
+    er, ek = np.nonzero(exc)                                                          # row-major: the CSR order
+    assert er.size == z["n_exc"] > 0 and int(np.bincount(er, minlength=N).max()) == z["capr"]
+    assert np.array_equal(np.bincount(er, minlength=N), np.diff(z["eptr"]))
+    assert np.array_equal(ek, z["esc"][:z["n_exc"], 0])
+
+
+@pytest.mark.parametrize("name", ROW_GENS)
+def test_row_contiguous_study_row_against_the_shipped_format(name):
+    """The study's "row contiguous" (lab7.analyze) also has the class-0 form (class 0 + a run of 7), taken where it
+    holds more of the row's weights than the fullest run of 8: a row with exact zeros (trained_like's ~1e-4, a
+    randn that rounds to 0, pruned_50's half) whose 8th class holds fewer weights than its zeros. The shipped format
+    has no such form: an exact zero out of its row's window is an exception (v + c = +0). So: the same windows and
+    exceptions on rows without the class-0 form; strictly fewer exceptions in lab7 on the others (the class-0 form
+    holds more of the row than any run of 8, and the shipped row keeps its fullest run of 8: z["moved"] == 0)."""
+    W, _, rh, z = _row_case(name)
+    a = lab7.analyze(W, "row", "contiguous")
+    assert a["retried_groups"] == 0 and z["moved"] == 0      # no tiny weight: the class-0 form is never forced
+    win, zf = lab7.contiguous_windows(rh, False)             # zf: the rows that take the class-0 form
+    assert np.array_equal(a["win"], win)
+    shipped = np.diff(z["eptr"])
+    assert np.array_equal(a["per_row"][~zf], shipped[~zf])
+    assert np.array_equal(a["win"][~zf, 0], z["zbase"][~zf].astype(np.int64))
+    assert (a["per_row"][zf] < shipped[zf]).all()
+    assert (a["n_exc"] == z["n_exc"]) == (not zf.any())
+    if name in ("trained_like", "pruned_50"):
+        assert zf.any()                                      # the case the comment describes does occur
+    if name == "pruned_50":                                  # every row: half its weights are +0
+        assert zf.all() and 100 * a["n_exc"] < z["n_exc"]
 
 # ---- the study's accounting ----------------------------------------------------------------------------------
 def test_bits_per_weight_accounting():

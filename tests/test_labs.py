@@ -67,10 +67,11 @@ def test_lab0_checks_every_table_row_and_the_router_exercise():
                            "verified: gemv_emulate m=32 NW=2 S=1 U=2 R=3 NB=4: y == x @ W.T exactly",
                            "verified: DUAL (router)",
                            "lab2: all checks passed")),
-    ("lab3_compress.py", ("verified: decz (0x7777, 0x80808080, 0x5140, 0x7362",
+    ("lab3_compress.py", ("verified: decz (& 0x87878787, rotate by 4, + B, 0x5140, 0x7362)",
                           "verified: trained-looking: decz + corrections restore W bit for bit",
-                          "verified: special values",
-                          "verified: random bit patterns: decz + corrections restore W",
+                          "verified: row-scaled: under 0.05% of weights out of their row's window",
+                          "verified: +-0, +-Inf, quiet and signalling NaN, +-largest finite",
+                          "verified: subnormals next to weights of 0.02",
                           "verified: probe on exception column 300: y == W[:, 300] bit for bit",
                           "corrections skipped (MUSE_SKIP_CORRECTIONS) is wrong",
                           "lab3: all checks passed")),
@@ -112,8 +113,9 @@ def _trained():
 
 
 def _special():
+    """Trained-looking weights with +-0, +-Inf, quiet and signalling NaN and the largest finite values."""
     W = _trained()
-    specials = [0x0000, 0x8000, 0x0001, 0x8001, 0x007F, 0x0040, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x7F7F, 0xFF7F]
+    specials = [0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x7F81, 0x7F7F, 0xFF7F]
     pos = np.random.default_rng(4).choice(W.size, 4 * len(specials), replace=False)
     W.reshape(-1)[pos] = np.array(specials * 4, np.uint16)
     return W
@@ -133,59 +135,100 @@ def _assert_pack_z_matches(W):
     z = submission.pack_z(_bf16(W))
     y = lab3.pack_z_np(W)
     assert np.array_equal(z.stream.numpy(), y["stream"]), "stream bytes differ"
+    assert np.array_equal(z.zbase.numpy(), y["zbase"]), "row windows differ"
     assert np.array_equal(z.eptr.numpy(), y["eptr"]), "exception row offsets differ"
     assert np.array_equal(z.esc.numpy(), y["esc"]), "exception side table differs"
-    assert (z.capr, list(z.window), z.TL, z.TH, z.mode, z.n_exc, list(z.exc_cols)) == \
-           (y["capr"], y["window"], y["TL"], y["TH"], y["mode"], y["n_exc"], y["exc_cols"])
+    assert (z.capr, z.n_exc, list(z.exc_cols), z.moved) == (y["capr"], y["n_exc"], y["exc_cols"], y["moved"])
     return y
 
 
-def _assert_round_trip(W, z):
+def _restored(W, z, stream=None):
     N, K = W.shape
-    back = lab3.restore_np(lab3.unpack_z_np(z["stream"], N, K, z["TL"], z["TH"]), z["eptr"], z["esc"])
-    assert np.array_equal(back, W), f"{int((back != W).sum())} weights differ after unpack + restore"
+    dec = lab3.unpack_z_np(z["stream"] if stream is None else stream, z["zbase"], N, K)
+    return lab3.restore_np(dec, z["eptr"], z["esc"])
+
+
+def _assert_round_trip(W, z):
+    back = _restored(W, z)
+    # bit for bit, except: a signalling NaN exception comes back as the quiet NaN fp32 v + c gives, and a zero
+    # exception as +0 (pack_z's acceptance: NaN == NaN, -0 == +0); everything else, quiet NaNs included, exact
+    snan = ((W & 0x7F80) == 0x7F80) & ((W & 0x7F) != 0) & ((W & 0x40) == 0)
+    negz = W == 0x8000
+    rest = ~snan & ~negz
+    assert np.array_equal(back[rest], W[rest]), f"{int((back[rest] != W[rest]).sum())} weights differ"
+    assert np.array_equal(back[snan], W[snan] | 0x40)
+    assert np.all(back[negz] == 0)
 
 
 def test_pack_z_matches_lab3_on_trained_like_weights():
     W = _trained()
     z = _assert_pack_z_matches(W)
-    assert z["mode"] == "8-class" and 0 < z["n_exc"] < 0.002 * W.size
+    assert z["moved"] == 0 and 0 < z["n_exc"] < 0.002 * W.size
+    _assert_round_trip(W, z)
+
+
+def test_pack_z_matches_lab3_on_row_scaled_weights():
+    W = lab3.row_scaled_np(256, 1024, seed=2)
+    z = _assert_pack_z_matches(W)
+    assert len(set(z["zbase"].tolist())) >= 4                # rows of different scale take different windows
+    assert z["n_exc"] < 0.0005 * W.size                      # one window per matrix put about 0.8% out (FINDINGS 18)
     _assert_round_trip(W, z)
 
 
 def test_pack_z_matches_lab3_on_special_values():
     W = _special()
     z = _assert_pack_z_matches(W)
-    assert z["mode"] == "zero-class"          # -0 and subnormals are not exact as v + c with v != 0
+    assert z["n_exc"] >= 4 * 9 and z["moved"] == 0        # each special is an exception; no row leaves its window
+    _assert_round_trip(W, z)
+
+
+def test_a_tiny_weight_stays_in_its_own_row():
+    """One window per matrix sent the whole matrix to the zero-class window for one tiny inexact weight (4x the
+    exceptions, FINDINGS 18). Now the judge unpooler's tiny weight (0x2E63, about 5e-11, 16 binades below the
+    window) is an ordinary exact exception; a far tinier one (0x2063, about 2e-19) has no exact window next to
+    the row's weights, and only its own row becomes an all-exception row (which prepare's limits refuse)."""
+    W = _trained()
+    plain = lab3.pack_z_np(W)
+    W[7, 300] = 0x2E63
+    z = _assert_pack_z_matches(W)
+    assert z["moved"] == 0 and z["n_exc"] == plain["n_exc"] + 1 and np.array_equal(z["zbase"], plain["zbase"])
+    _assert_round_trip(W, z)
+    W[7, 300] = 0x2063
+    z = _assert_pack_z_matches(W)
+    per_row = np.diff(z["eptr"])
+    assert z["moved"] == 1 and per_row[7] >= W.shape[1] - 2
+    assert np.array_equal(np.delete(per_row, 7), np.delete(np.diff(plain["eptr"]), 7))
     _assert_round_trip(W, z)
 
 
 def test_pack_z_matches_lab3_on_random_bits():
     W = _random_bits()
     z = _assert_pack_z_matches(W)
-    assert z["mode"] == "zero-class" and z["n_exc"] > W.size // 2
-    N, K = W.shape
-    back = lab3.restore_np(lab3.unpack_z_np(z["stream"], N, K, z["TL"], z["TH"]), z["eptr"], z["esc"])
-    # bit for bit, except that a signalling NaN exception comes back as the quiet NaN fp32 v + c gives
-    # (pack_z accepts any NaN == NaN); everything else, quiet NaNs included, is exact
-    snan = ((W & 0x7F80) == 0x7F80) & ((W & 0x7F) != 0) & ((W & 0x40) == 0)
-    assert np.array_equal(back[~snan], W[~snan])
-    assert np.array_equal(back[snan], W[snan] | 0x40)
-
-
-def test_pack_z_matches_lab3_with_zero_class_in_window():
-    W = _many_zeros()
-    z = _assert_pack_z_matches(W)
-    assert z["mode"] == "8-class" and 0 in z["window"]
+    assert z["n_exc"] > W.size // 2
     _assert_round_trip(W, z)
 
 
-def test_pack_z_matches_lab3_with_outliers_inf_nan_in_8_class_mode():
+def test_subnormals_next_to_normal_weights_make_all_exception_rows():
+    W = _trained()
+    W[3, :4] = [0x0001, 0x8001, 0x007F, 0x0040]
+    z = _assert_pack_z_matches(W)
+    assert z["capr"] > W.shape[1] // 2 > submission.MAX_CAPR // 4     # prepare's limits send such a layer plain
+    _assert_round_trip(W, z)
+
+
+def test_pack_z_matches_lab3_with_many_zeros():
+    W = _many_zeros()
+    z = _assert_pack_z_matches(W)
+    assert z["n_exc"] >= int((W == 0).sum())               # every exact zero is an exception (v + c = +0)
+    _assert_round_trip(W, z)
+
+
+def test_pack_z_matches_lab3_with_outliers_inf_nan():
     W = _trained()
     pos = np.random.default_rng(9).choice(W.size, 24, replace=False)
     W.reshape(-1)[pos] = np.array([0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x7F7F, 0xFF7F, 0x4100, 0xC2AB] * 3, np.uint16)
     z = _assert_pack_z_matches(W)
-    assert z["mode"] == "8-class"
+    assert z["moved"] == 0
     _assert_round_trip(W, z)
 
 
@@ -195,29 +238,43 @@ def test_stream_bit_flip_breaks_round_trip():
     N, K = W.shape
     is_exc = lambda r, k: k in z["esc"][z["eptr"][r]:z["eptr"][r + 1], 0]
     # byte 0 of (rb 0, G 0) is A0 of lane 0: the low byte of fragment f0 element j0 = W[0, 0];
-    # byte 1024 + 3, bit 7 is lane 0's code word of f0, bit 31: the sign of j3 = W[8, 1]
-    for byte, bit, where, diff in ((0, 0, (0, 0), 0x0001), (1024 + 3, 7, (8, 1), 0x8000)):
+    # byte 1024 + 3, bit 7 is lane 0's code word of f0, bit 31: the sign of j3 = W[8, 1];
+    # byte 1024, bit 0 is bit 0 of j0's window index: W[0, 0] moves one class (a factor 4)
+    for byte, bit, where, diff in ((0, 0, (0, 0), 0x0001), (1024 + 3, 7, (8, 1), 0x8000),
+                                   (1024, 0, (0, 0), None)):
         assert not is_exc(*where)
         s = z["stream"].copy()
         s[0, 0, byte] ^= np.uint8(1 << bit)
-        back = lab3.restore_np(lab3.unpack_z_np(s, N, K, z["TL"], z["TH"]), z["eptr"], z["esc"])
+        back = _restored(W, z, s)
         bad = np.argwhere(back != W)
         assert bad.tolist() == [list(where)], f"flip of stream byte {byte} bit {bit}: mismatches at {bad.tolist()}"
-        assert int(back[where] ^ W[where]) == diff
+        if diff is not None:
+            assert int(back[where] ^ W[where]) == diff
+        else:
+            assert abs(int(back[where] >> 8 & 0x7F) - int(W[where] >> 8 & 0x7F)) == 1
+
+
+def test_row_window_change_breaks_only_that_rows_weights():
+    W = _trained()
+    z = lab3.pack_z_np(W)
+    zb = z["zbase"].copy()
+    zb[9] += 1
+    back = lab3.restore_np(lab3.unpack_z_np(z["stream"], zb, *W.shape), z["eptr"], z["esc"])
+    assert set(np.argwhere(back != W)[:, 0].tolist()) == {9}
 
 
 def test_probe_row_on_exception_column_is_exact():
     N, K = 32, 256
     W = lab3.trained_like_np(N, K, seed=3)
-    W[5, 70] = 0x3F40                                  # 0.75: far above the window
+    W[5, 70] = 0x4240                                  # 48.0: far above its row's window
     z = lab3.pack_z_np(W)
     assert 70 in z["exc_cols"]
     x = np.zeros((1, K))
     x[0, 70] = 1.0
-    y = lab3.gemvz_emulate(z["stream"], z["eptr"], z["esc"], z["TL"], z["TH"], x, N, K, 2, 2, 1)[0]
+    y = lab3.gemvz_emulate(z["stream"], z["zbase"], z["eptr"], z["esc"], x, N, K, 2, 2, 1)[0]
     assert np.array_equal(lab3.bf16_rne(y.astype(np.float32)), W[:, 70])
-    y0 = lab3.gemvz_emulate(z["stream"], z["eptr"], z["esc"], z["TL"], z["TH"], x, N, K, 2, 2, 1, corrections=False)[0]
-    assert y0[5] != 0.75
+    y0 = lab3.gemvz_emulate(z["stream"], z["zbase"], z["eptr"], z["esc"], x, N, K, 2, 2, 1, corrections=False)[0]
+    assert y0[5] != 48.0
 
 
 def test_gemv_emulate_is_exact_on_integer_weights():
@@ -342,7 +399,7 @@ def test_gemvt_rows_are_ctable_rows_of_gemvt_config_fields_that_fit():
 
 def test_side_table_is_csr_with_rows_in_k_order():
     W = _trained()
-    W[7, ::37] = 0x3F40                                # one row with many exceptions (more than a chunk)
+    W[7, ::37] = 0x4240                                # 48.0: one row with many exceptions (more than a chunk)
     z = lab3.pack_z_np(W)
     N, K = W.shape
     eptr, esc = z["eptr"], z["esc"]
@@ -353,11 +410,11 @@ def test_side_table_is_csr_with_rows_in_k_order():
         assert (np.diff(ks) > 0).all() and ((ks >= 0) & (ks < K)).all()
     sub = submission.pack_z(_bf16(W))
     assert np.array_equal(sub.eptr.numpy(), eptr) and np.array_equal(sub.esc.numpy(), esc)
-    assert submission.side_table_bits(sub, N, K) == (64 * z["n_exc"] + 32 * (N + 1)) / W.size
+    assert submission.side_table_bits(sub, N, K) == (64 * z["n_exc"] + 32 * (N + 1) + 8 * N) / W.size
 
 
 def test_side_table_under_0_05_bit_per_weight_on_trained_like_layers():
-    # rows of pooler / o_proj shape (K = 8192 / 2048): 64 bits per exception + 32 per row
+    # rows of pooler / o_proj shape (K = 8192 / 2048): 64 bits per exception + 32 per row + 8 per row (window)
     for N, K in ((64, 8192), (256, 2048)):
         W = lab3.trained_like_np(N, K, seed=11)
         z = submission.pack_z(_bf16(W))
@@ -371,7 +428,7 @@ def test_exception_walk_in_chunks_across_split_k_slices():
     N, K = 32, 1024
     W = lab3.trained_like_np(N, K, seed=13)
     cols = list(range(5, K, 61))                       # 17 exceptions in row 9, in all four slices of 256
-    W[9, cols] = np.resize(np.array([0x3F40, 0xC040, 0x4140], np.uint16), len(cols))   # 3 rare classes
+    W[9, cols] = np.resize(np.array([0x4240, 0xC2C0, 0x4340], np.uint16), len(cols))   # 48, -96, 192: far out
     z = lab3.pack_z_np(W)
     assert z["eptr"][10] - z["eptr"][9] >= len(cols)
     Wf = lab3.f32_of_bf16(W).astype(np.float64)
@@ -379,10 +436,10 @@ def test_exception_walk_in_chunks_across_split_k_slices():
         x = np.zeros((m, K))
         for i in range(m):
             x[i, cols[(3 * i) % len(cols)]] = 1.0     # one-hot rows on the exception columns
-        y = lab3.gemvz_emulate(z["stream"], z["eptr"], z["esc"], z["TL"], z["TH"], x, N, K, nw, s, ug)
+        y = lab3.gemvz_emulate(z["stream"], z["zbase"], z["eptr"], z["esc"], x, N, K, nw, s, ug)
         assert np.array_equal(lab3.bf16_rne(y.astype(np.float32)), W[:, [cols[(3 * i) % len(cols)]
                                                                           for i in range(m)]].T), (m, nw, s, ug)
         x = lab3.f32_of_bf16(lab3.bf16_rne(np.random.default_rng(m).standard_normal((m, K)).astype(np.float32)))
-        y = lab3.gemvz_emulate(z["stream"], z["eptr"], z["esc"], z["TL"], z["TH"], x, N, K, nw, s, ug)
+        y = lab3.gemvz_emulate(z["stream"], z["zbase"], z["eptr"], z["esc"], x, N, K, nw, s, ug)
         ref = x.astype(np.float64) @ Wf.T
         assert np.max(np.abs(y - ref) / (np.abs(x) @ np.abs(Wf).T)) < 1e-5
