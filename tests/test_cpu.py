@@ -689,3 +689,21 @@ def test_tune_registers_shapes_and_configs_without_a_gpu(tmp_path, monkeypatch, 
     assert {"6144x4096", "Meta-Llama-3-8B.qkv", "Meta-Llama-3-8B.lm_head"} <= names and "1000x4096" not in names
     with pytest.raises(SystemExit):
         tune.main(["--shapes", "6144by4096"])
+
+
+def test_exception_rate_limits_decide_per_m_and_say_why():
+    """EXC_RATE_LIMITS (measured break-even, FINDINGS 19): a weight between the two limits is compressed at m <= 8
+    and plain above, and plan_for's reason names the limit."""
+    (m_lo, r_lo), (m_hi, r_hi) = S.EXC_RATE_LIMITS
+    assert m_lo == 8 and m_hi == S.MAX_M and r_hi < r_lo == S.MAX_EXC_RATE
+    N, K = 1024, 4096
+    z = S.ZPack(torch.zeros(N // 16, K // 64, 1536, dtype=torch.uint8), torch.zeros(N, dtype=torch.uint8), None,
+                None, 9, int((r_lo + r_hi) / 2 * N * K), [], 0)
+    assert S._z_pays(z, 1) is True and S._z_pays(z, 8) is True
+    why = S._z_pays(z, 9)
+    assert isinstance(why, str) and "EXC_RATE_LIMITS" in why and f"{100 * r_hi:.2f}%" in why
+    assert S.plan_for("x", N, K, 1, False, S._z_pays(z, 1)).path == "compressed"
+    p = S.plan_for("x", N, K, 16, False, S._z_pays(z, 16))
+    assert p.path == "plain" and "EXC_RATE_LIMITS" in p.why
+    z2 = z._replace(n_exc=int(r_lo * 1.01 * N * K) + 1)
+    assert all(isinstance(S._z_pays(z2, m), str) for m in (1, 8, 16, 32))
