@@ -692,18 +692,23 @@ def test_tune_registers_shapes_and_configs_without_a_gpu(tmp_path, monkeypatch, 
 
 
 def test_exception_rate_limits_decide_per_m_and_say_why():
-    """EXC_RATE_LIMITS (measured break-even, FINDINGS 19): a weight between the two limits is compressed at m <= 8
-    and plain above, and plan_for's reason names the limit."""
-    (m_lo, r_lo), (m_hi, r_hi) = S.EXC_RATE_LIMITS
-    assert m_lo == 8 and m_hi == S.MAX_M and r_hi < r_lo == S.MAX_EXC_RATE
-    N, K = 1024, 4096
-    z = S.ZPack(torch.zeros(N // 16, K // 64, 1536, dtype=torch.uint8), torch.zeros(N, dtype=torch.uint8), None,
-                None, 9, int((r_lo + r_hi) / 2 * N * K), [], 0)
-    assert S._z_pays(z, 1) is True and S._z_pays(z, 8) is True
-    why = S._z_pays(z, 9)
-    assert isinstance(why, str) and "EXC_RATE_LIMITS" in why and f"{100 * r_hi:.2f}%" in why
-    assert S.plan_for("x", N, K, 1, False, S._z_pays(z, 1)).path == "compressed"
-    p = S.plan_for("x", N, K, 16, False, S._z_pays(z, 16))
-    assert p.path == "plain" and "EXC_RATE_LIMITS" in p.why
-    z2 = z._replace(n_exc=int(r_lo * 1.01 * N * K) + 1)
-    assert all(isinstance(S._z_pays(z2, m), str) for m in (1, 8, 16, 32))
+    """EXC_RATE_LIMITS (measured break-even, FINDINGS 19): a weight between a shape's two limits is compressed at
+    m <= 8 and plain above, and plan_for's reason names the limit; the tuned shapes take their own limits."""
+    for lims in (S.EXC_RATE_LIMITS, *S.EXC_RATE_LIMITS_BY_SHAPE.values()):
+        (m_lo, r_lo), (m_hi, r_hi) = lims
+        assert m_lo == 8 and m_hi == S.MAX_M and r_hi < r_lo <= S.MAX_EXC_RATE
+    assert min(r for lims in S.EXC_RATE_LIMITS_BY_SHAPE.values() for _, r in lims) >= S.EXC_RATE_LIMITS[1][1]
+    for (N, K), src in (((1024, 4096), "EXC_RATE_LIMITS"), ((8192, 4096), "EXC_RATE_LIMITS_BY_SHAPE")):
+        lims = S.EXC_RATE_LIMITS_BY_SHAPE.get((N, K), S.EXC_RATE_LIMITS)
+        (_, r_lo), (_, r_hi) = lims
+        assert [S.exc_rate_limit(N, K, m) for m in (1, 8, 9, 32)] == [r_lo, r_lo, r_hi, r_hi]
+        z = S.ZPack(torch.zeros(N // 16, K // 64, 1536, dtype=torch.uint8), torch.zeros(N, dtype=torch.uint8), None,
+                    None, 9, int((r_lo + r_hi) / 2 * N * K), [], 0)
+        assert S._z_pays(z, 1) is True and S._z_pays(z, 8) is True
+        why = S._z_pays(z, 9)
+        assert isinstance(why, str) and f"({src})" in why and f"{100 * r_hi:.2f}%" in why
+        assert S.plan_for("x", N, K, 1, False, S._z_pays(z, 1)).path == "compressed"
+        p = S.plan_for("x", N, K, 16, False, S._z_pays(z, 16))
+        assert p.path == "plain" and src in p.why
+        z2 = z._replace(n_exc=int(r_lo * 1.01 * N * K) + 1)
+        assert all(isinstance(S._z_pays(z2, m), str) for m in (1, 8, 16, 32))

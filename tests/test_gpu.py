@@ -276,16 +276,16 @@ def test_a_tabled_shape_under_another_name_runs_the_shapes_rows(prepared, suite)
 
 
 def test_exception_rate_between_the_limits_compresses_small_m_only(suite):
-    """Gaussian weights with about 0.08% planted outliers (exact exceptions): above the m >= 9 limit, below the m <= 8
+    """Gaussian weights with about 0.07% planted outliers (exact exceptions): above the m >= 9 limit, below the m <= 8
     one (EXC_RATE_LIMITS): compressed at m <= 8, plain at m >= 9, both correct, and describe() says why."""
     N, K = 1024, 4096
     g = torch.Generator().manual_seed(3)
     w = 0.02 * torch.randn(N, K, generator=g)
-    hit = torch.rand(N, K, generator=g) < 0.0008
+    hit = torch.rand(N, K, generator=g) < 0.0006
     w = torch.where(hit, torch.sign(w) * 64.0 * (1 + torch.rand(N, K, generator=g)), w).to(torch.bfloat16).to(DEV)
     L = S.prepare("outliers", w)
     rate = L.z.n_exc / (N * K)
-    assert S.EXC_RATE_LIMITS[1][1] < rate < S.EXC_RATE_LIMITS[0][1], rate
+    assert (N, K) not in S.EXC_RATE_LIMITS_BY_SHAPE and S.EXC_RATE_LIMITS[1][1] < rate < S.EXC_RATE_LIMITS[0][1], rate
     assert all(L.plan(m).path == "compressed" for m in range(1, 9)), L.describe()
     assert all(L.plan(m).path == "plain" and "EXC_RATE_LIMITS" in L.plan(m).why for m in range(9, 33)), L.describe()
     for m in (1, 8, 9, 16):
