@@ -1083,7 +1083,9 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
     }
     uint4 z[UG][R][3];
     load_zbatch<UG, R>(z, wp, rstride, 0);
-    uint32_t B[R];  // the rows' windows (constant after prepare: read before the wait, with the first batch)
+    // the rows' windows: constant after prepare, so read before the wait and landed with the first batch (loading them
+    // first ties, leaving them out of chk loses 0.04 us at o_proj m=1; FINDINGS.md section 19)
+    uint32_t B[R];
 #pragma unroll
     for (int r = 0; r < R; r++) B[r] = zrow_word(zbase, (rg * R + r) * 16, g);
     {
