@@ -165,11 +165,11 @@ ZTABLE = {
     ("qkv_gate", 2): GemvzConfig(nw=8, s=4, ug=1, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 8.22 us, runner-up 8.39 us
     ("qkv_gate", 4): GemvzConfig(nw=8, s=4, ug=1, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 8.25 us, runner-up 8.45 us
     ("qkv_gate", 8): GemvzConfig(nw=8, s=4, ug=1, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 8.34 us, runner-up 8.40 us
-    ("o_proj", 1): GemvzConfig(nw=4, s=2, ug=2, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 6.44 us, runner-up 6.51 us
-    ("o_proj", 2): GemvzConfig(nw=4, s=2, ug=2, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 6.54 us, runner-up 6.67 us
-    ("o_proj", 4): GemvzConfig(nw=4, s=2, ug=2, r=2, pipe=0, pf=0, pdl=1, cl=2),  # 6.61 us, runner-up 6.69 us
-    ("o_proj", 8): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=5, pf=0, pdl=1, cl=0),  # 6.74 us, runner-up 6.75 us
-    ("o_proj", 16): GemvzConfig(nw=4, s=1, ug=2, r=2, pipe=2, pf=0, pdl=1, cl=0),  # 7.76 us, runner-up 7.78 us
+    ("o_proj", 1): GemvzConfig(nw=8, s=1, ug=2, r=2, pipe=3, pf=0, pdl=1, cl=0),  # 6.41 us, runner-up 6.49 us
+    ("o_proj", 2): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=4, pf=0, pdl=1, cl=0),  # 6.63 us, runner-up 6.66 us
+    ("o_proj", 4): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=4, pf=0, pdl=1, cl=0),  # 6.56 us, runner-up 6.60 us
+    ("o_proj", 8): GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=4, pf=0, pdl=1, cl=0),  # 6.56 us, runner-up 6.58 us
+    ("o_proj", 16): GemvzConfig(nw=4, s=1, ug=2, r=2, pipe=2, pf=0, pdl=1, cl=0),  # 7.39 us, runner-up 7.43 us
     ("pooler", 1): GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 12.47 us, runner-up 12.56 us
     ("pooler", 2): GemvzConfig(nw=16, s=1, ug=1, r=1, pipe=2, pf=0, pdl=1, cl=0),  # 12.71 us, runner-up 12.72 us
     ("pooler", 4): GemvzConfig(nw=16, s=1, ug=1, r=2, pipe=4, pf=0, pdl=1, cl=0),  # 12.58 us, runner-up 12.78 us
@@ -1570,12 +1570,13 @@ static int launch_gemvt(const GemvArgs& a, const LaunchOpts& o) {
   Z3(4, 1, 1, 1, 2) \
   Z3(4, 1, 2, 1, 2) \
   Z3(4, 1, 4, 1, 2) \
-  Z3(4, 2, 1, 2, 0) \
   Z3(4, 2, 2, 1, 3) \
   Z3(4, 2, 2, 2, 2) \
   Z3(8, 1, 1, 2, 0) \
+  Z3(8, 1, 1, 2, 4) \
   Z3(8, 1, 1, 2, 5) \
   Z3(8, 2, 1, 2, 0) \
+  Z3(8, 2, 1, 2, 3) \
   Z3(16, 1, 1, 1, 2) \
   Z3(16, 1, 1, 2, 4)
 // T3(NW, ST, NB, KA): one compiled gemvt_kernel
