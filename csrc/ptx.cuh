@@ -1,5 +1,5 @@
 // ptx.cuh: one small device function per PTX instruction the kernels use, each with its reason.
-// defines: ld_stream, ld_x, ld_x1_if, ld_esc_if, mma16816, prmt, lop3_or_and, pdl_trigger, pdl_wait,
+// defines: ld_stream, ld_x, ld_x1_if, ld_esc_if, mma16816, prmt, pdl_trigger, pdl_wait,
 //          named_bar_arrive1, named_bar_sync1, cluster_arrive_relaxed / _release, cluster_wait_acquire, cluster_rank,
 //          map_shared, st_cluster, cluster_mbar, mbar_init_expect, st_async, mbar_wait0, prefetch_l2, smem_u32,
 //          mbar_init, mbar_expect_tx, mbar_arrive, mbar_wait, bulk_load, policy_evict_first, tma_load_2d, wg_fence,
@@ -51,12 +51,6 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
   return d;
 }
 
-// a | (b & c) in one instruction (truth table 0xF8 = 0xF0 | (0xCC & 0xAA)).
-__device__ __forceinline__ uint32_t lop3_or_and(uint32_t a, uint32_t b, uint32_t c) {
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xF8;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
 
 // PDL: let the next kernel of the stream be scheduled now (its CTAs take SMs as ours retire).
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
