@@ -1994,21 +1994,28 @@ def _zrow_counts(cls, chunk=1024):
     return csum[:, 8:] - csum[:, :ZBASES]
 
 
+def _bf16_values(bits):
+    """bf16 bit patterns held as int32 0..65535 -> their fp32 values."""
+    return (bits - ((bits >> 15) << 16)).to(torch.int16).view(torch.bfloat16).float()
+
+
+def _restores(back, w):
+    """Whether v + c (fp32 back) gives the weight w back as the format accepts it: bit for bit, NaN for NaN, or +0 for
+    a zero weight of either sign (no GEMV output can observe the sign of a zero weight: every sum starts from +0)."""
+    return (back.view(torch.int32) == w.view(torch.int32)) | (torch.isnan(back) & torch.isnan(w)) | \
+        ((w == 0) & (back == 0))
+
+
 def _zdecode_exact(bits, base):
     """For weights bits (int32 [..., K]) stored with windows base (int [..., 1] or broadcastable): the index each is
-    stored with, whether it is an exception, and whether v + c == W for it (True for in-window weights)."""
-    cls = (bits >> 8) & 0x7F
-    d = cls - base
+    stored with, whether it is an exception, whether v + c gives W back (True for in-window weights), and c."""
+    d = ((bits >> 8) & 0x7F) - base
     exc = (d < 0) | (d > 7)
     idx = d.clamp(0, 7)
-    v = (((bits >> 15) & 1) << 15) | ((base + idx) << 8) | (bits & 0xFF)
-    v = (v - ((v >> 15) << 16)).to(torch.int16).view(torch.bfloat16).float()
-    w = (bits - ((bits >> 15) << 16)).to(torch.int16).view(torch.bfloat16).float()
+    v = _bf16_values((((bits >> 15) & 1) << 15) | ((base + idx) << 8) | (bits & 0xFF))
+    w = _bf16_values(bits)
     corr = w - v
-    back = v + corr
-    ok = (back.view(torch.int32) == w.view(torch.int32)) | (torch.isnan(back) & torch.isnan(w)) | \
-         ((w == 0) & (back == 0))
-    return idx, exc, ok | ~exc, corr
+    return idx, exc, _restores(v + corr, w) | ~exc, corr
 
 
 def pack_z(w):
@@ -2886,8 +2893,7 @@ def verify_z(w, z, ext=None):
         k, c = e[:, 0].long(), e[:, 1].view(torch.float32)
         back = dec[r, k].float() + c
         tgt = w[r, k].float()
-        ok = (back.view(torch.int32) == tgt.view(torch.int32)) | (torch.isnan(back) & torch.isnan(tgt)) | \
-             ((tgt == 0) & (back == 0))
+        ok = _restores(back, tgt)
         if not bool(ok.all()):
             i = int((~ok).nonzero()[0])
             return f"exception at row {int(r[i])}, k {int(k[i])}: v + c = {float(back[i])} != {float(tgt[i])}"
