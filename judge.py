@@ -110,6 +110,21 @@ def row_scaled(N, K, seed, device="cpu", dtype=torch.bfloat16):
     return (0.02 * torch.randn(N, K, generator=g) * 2.0 ** u).to(dtype).to(device)
 
 
+def outliers(p):
+    """A generator like the ones above: Gaussian weights (0.02) with a share p of them replaced by outliers
+    +-(1 + u) * 2**e, e uniform in 5..10: 11 to 19 binades above the Gaussian's largest, so no row's window takes them
+    in (it would lose the row's bulk) and each is an exact exception of the 12-bit format (within 16 binades of its
+    row's window): p of the weights out of window, plus Gaussian's own (about 0.008%); seeded. tools/format_bench.py
+    and the GPU tests set an exception rate with it (FINDINGS.md section 19)."""
+    def make(N, K, seed, device="cpu", dtype=torch.bfloat16):
+        g = torch.Generator().manual_seed(seed)
+        w = 0.02 * torch.randn(N, K, generator=g)
+        hit = torch.rand(N, K, generator=g) < p
+        big = (1 + torch.rand(N, K, generator=g)) * 2.0 ** torch.randint(5, 11, (N, K), generator=g).float()
+        return torch.where(hit, torch.sign(w) * big, w).to(dtype).to(device)
+    return make
+
+
 # --weights: the weight distribution the judge draws (the scored run uses trained_like, as SPEC says)
 WEIGHTS = {"trained": trained_like, "gaussian": gaussian, "heavy": heavy_tailed, "rowscaled": row_scaled}
 

@@ -279,10 +279,7 @@ def test_exception_rate_between_the_limits_compresses_small_m_only(suite):
     """Gaussian weights with about 0.07% planted outliers (exact exceptions): above the m >= 9 limit, below the m <= 8
     one (EXC_RATE_LIMITS): compressed at m <= 8, plain at m >= 9, both correct, and describe() says why."""
     N, K = 1024, 4096
-    g = torch.Generator().manual_seed(3)
-    w = 0.02 * torch.randn(N, K, generator=g)
-    hit = torch.rand(N, K, generator=g) < 0.0006
-    w = torch.where(hit, torch.sign(w) * 64.0 * (1 + torch.rand(N, K, generator=g)), w).to(torch.bfloat16).to(DEV)
+    w = judge.outliers(0.0006)(N, K, 3, DEV)
     L = S.prepare("outliers", w)
     rate = L.z.n_exc / (N * K)
     assert (N, K) not in S.EXC_RATE_LIMITS_BY_SHAPE and S.EXC_RATE_LIMITS[1][1] < rate < S.EXC_RATE_LIMITS[0][1], rate

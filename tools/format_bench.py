@@ -8,7 +8,7 @@ For each (layer, weights): the layer prepared as the submission prepares it (whi
 P copies (SPEC: >= 2 GB of weights) forced onto the compressed path and P forced onto the plain path, each timed as
 SPEC times it at every m, after a check of its output against the float64 reference. The compressed copies are forced
 (prepare lifts the exception limits MAX_EXC_RATE, MAX_CAPR then), so a rate prepare refuses is timed too. Weights: judge.py's
-(trained, gaussian, heavy, rowscaled) and Gaussian with a share p of weights planted far above every window (p out of
+(trained, gaussian, heavy, rowscaled) and Gaussian with a share p of weights planted far above every window (judge.outliers: p out of
 window, plus Gaussian's own): exc0.01, exc0.1, exc0.3, exc1 (p = 0.01% .. 1%). Writes
 results/format-<date>-<sha>.json: rows {weights, layer, N, K, bits_per_weight, exception_rate, windows_moved,
 compressed (what prepare chose at m = 1), why, m, us_compressed, us_plain, us_chosen, faster}.
@@ -27,23 +27,7 @@ import judge  # noqa: E402
 import submission as S  # noqa: E402
 
 
-def planted(p):
-    """Gaussian weights (0.02) with a share p of them replaced by outliers +-(1 + u) * 2**e, e uniform in 5..10: 11
-    to 19 binades above the Gaussian's largest, so no row's window takes them in (it would lose the row's bulk)
-    and each is an exact exception (within 16 binades of its row's window): p of the weights out of window,
-    plus Gaussian's own (about 0.008%); seeded. (The per-matrix format's version planted tiny weights far below
-    every window; per-row windows would turn those rows into all-exception rows: FINDINGS.md section 19.)"""
-    def make(N, K, seed, device="cpu", dtype=torch.bfloat16):
-        g = torch.Generator().manual_seed(seed)
-        w = 0.02 * torch.randn(N, K, generator=g)
-        hit = torch.rand(N, K, generator=g) < p
-        big = (1 + torch.rand(N, K, generator=g)) * 2.0 ** torch.randint(5, 11, (N, K), generator=g).float()
-        w = torch.where(hit, torch.sign(w) * big, w)
-        return w.to(dtype).to(device)
-    return make
-
-
-WEIGHTS = dict(judge.WEIGHTS, **{f"exc{q:g}": planted(q / 100) for q in (0.01, 0.1, 0.2, 0.3, 1)})
+WEIGHTS = dict(judge.WEIGHTS, **{f"exc{q:g}": judge.outliers(q / 100) for q in (0.01, 0.1, 0.2, 0.3, 1)})
 
 
 def forced(name, w, path, n):
