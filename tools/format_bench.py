@@ -7,11 +7,11 @@ compresses, and the time of both paths (issue #29; GPU, SPEC timing).
 For each (layer, weights): the layer prepared as the submission prepares it (which path each m takes, and why), then
 P copies (SPEC: >= 2 GB of weights) forced onto the compressed path and P forced onto the plain path, each timed as
 SPEC times it at every m, after a check of its output against the float64 reference. The compressed copies are forced
-(prepare lifts the exception limits MAX_EXC_RATE, MAX_CAPR then), so a rate prepare refuses is timed too. Weights: judge.py's
-(trained, gaussian, heavy, rowscaled) and Gaussian with a share p of weights planted far above every window (judge.outliers: p out of
-window, plus Gaussian's own): exc0.01, exc0.1, exc0.3, exc1 (p = 0.01% .. 1%). Writes
-results/format-<date>-<sha>.json: rows {weights, layer, N, K, bits_per_weight, exception_rate, windows_moved,
-compressed (what prepare chose at m = 1), why, m, us_compressed, us_plain, us_chosen, faster}.
+(prepare lifts the exception limits MAX_EXC_RATE, MAX_CAPR then), so a rate prepare refuses is timed too. Weights:
+judge.py's (trained, gaussian, heavy, rowscaled) and Gaussian with a share p of weights planted far above every
+window (judge.outliers: p out of window, plus Gaussian's own): exc0.01, exc0.1, exc0.2, exc0.3, exc1 (p = 0.01% ..
+1%). Writes results/format-<date>-<sha>.json: rows {weights, layer, N, K, bits_per_weight, exception_rate,
+windows_moved, compressed (what prepare chose at m = 1), why, m, us_compressed, us_plain, us_chosen, faster}.
 """
 import argparse
 import datetime
