@@ -871,7 +871,8 @@ constexpr bool kSkipCorrections = false;
 //             0..2 and their signs in bit 7 of every byte
 //   B:        the lane's two windows as bytes {zbase[g], zbase[g], zbase[g + 8], zbase[g + 8]} (zrow_word)
 // A high byte is (index | sign) + base: base <= 120 and index <= 7 never carry into the sign bit. 9 integer
-// instructions per 8 weights (1 SHF, 2 LOP3, 2 IADD3, 4 PRMT), no branches, no table. Lab: labs/lab3_compress.py.
+// instructions per 8 weights (1 SHF, 2 LOP3, 2 adds: IMAD.IADD in the SASS, 4 PRMT), no branches, no table.
+// Lab: labs/lab3_compress.py.
 __device__ __forceinline__ uint4 decz(uint32_t lo0, uint32_t lo1, uint32_t c, uint32_t B) {
   const uint32_t h0 = (c & 0x87878787u) + B;
   const uint32_t h1 = (__funnelshift_r(c, c, 4) & 0x87878787u) + B;
@@ -929,7 +930,8 @@ __device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)
 //
 //   warps 0..NW-1 stream: per 64-wide group and row block, a lane loads A0, A1, C (48 B) and decodes 4
 //     fragments with its rows' window word B (zrow_word, read before the wait): f0 = decz(A0.x, A0.y, C.x),
-//     f1 = (A0.z, A0.w, C.y) -> K block 2G, steps 0/1; f2, f3 from A1 -> block 2G+1. Grid, R, PIPE and pf as gemv_kernel.
+//     f1 = (A0.z, A0.w, C.y) -> K block 2G, steps 0/1; f2, f3 from A1 -> block 2G+1. Grid, R, PIPE and pf as
+//     gemv_kernel.
 //   warp NW (the exception warp): lane -> row r = lane & 15 of each of the R blocks, tokens p, p+2, ...
 //     (p = lane >> 4); adds correction x x[token][k] for its rows' exceptions in [klo, khi), in k order,
 //     into smem ecorr; one barrier; the corrections are added after the warps' reduction, before split-K.
