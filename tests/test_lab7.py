@@ -136,7 +136,8 @@ def _old_pack_z_np(W):
     then), kept here as the reference for lab7's "matrix" granularity: the 8 most common classes of the matrix
     (lab7.choose_window), retried with class 0 forced in if an exception's fl32(v + c) != W; v = +0 when class 0 is
     in the window, else the window's smallest class with W's sign and low byte 0; index in nibble j of the code word,
-    sign at lab7.ZSIGN_BIT[j]. Written apart from lab7.pack_groups_np / build_stream."""
+    sign at lab7.ZSIGN_BIT[j]. Its window, exception and side-table choices are written apart from lab7.pack_groups_np;
+    the stream layout is lab7.build_stream's (shared by every granularity; the lossless round trip checks it)."""
     U32 = np.uint32
     W = np.asarray(W, np.uint16)
     N, K = W.shape
@@ -170,21 +171,10 @@ def _old_pack_z_np(W):
     esc = np.zeros((max(er.size, 1), 2), np.int32)
     esc[:er.size, 0] = ek
     esc[:er.size, 1] = corr.view(np.int32)
-    RB, KG = N // 16, K // 64
-    idx4, sgn4, lo4 = (a.reshape(RB, 16, KG, 64) for a in (idx, sgn, lo))
-    stream = np.zeros((RB, KG, 96, 16), np.uint8)
-    for lane in range(32):
-        for f in range(4):
-            word = np.zeros((RB, KG), U32)
-            for j in range(8):
-                row, k = lab3.frag_pos(lane, f, j)
-                stream[:, :, 32 * (f >> 1) + lane, 8 * (f & 1) + j] = lo4[:, row, :, k]
-                word |= (idx4[:, row, :, k] << U32(4 * j)) | (sgn4[:, row, :, k] << U32(lab7.ZSIGN_BIT[j]))
-            for byte in range(4):
-                stream[:, :, 64 + lane, 4 * f + byte] = (word >> U32(8 * byte)) & U32(0xFF)
+    stream = lab7.build_stream(idx, sgn, lo)      # the layout; the round trip below checks it against W
     TL = window[0] | window[1] << 8 | window[2] << 16 | window[3] << 24
     TH = window[4] | window[5] << 8 | window[6] << 16 | window[7] << 24
-    return dict(stream=stream.reshape(RB, KG, 1536), eptr=eptr, esc=esc, capr=int(counts.max()) if er.size else 0,
+    return dict(stream=stream, eptr=eptr, esc=esc, capr=int(counts.max()) if er.size else 0,
                 window=window, TL=TL, TH=TH, mode="zero-class" if with_zero else "8-class", n_exc=int(er.size))
 
 
