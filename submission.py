@@ -2459,6 +2459,86 @@ def default_config(N, K, m, compressed):
     return None
 
 
+# ---- the planner: a config for any (N, K, m, dtype) that no table row covers -----------------------------------
+# One kernel family per (path, m range): the instantiation the tuned rows of tables/ share in that range, and the CTA
+# count their S fills (the constant fit on those rows). For a new shape the planner keeps the family and picks S so
+# that the grid comes as close as it can to that count: the tuned rows' speed comes from bytes in flight per SM and
+# whole waves, and both follow the CTA count for a fixed family. Derivation (FINDINGS.md section 21):
+#   compressed m <= 8   Z(8,1,1,2,4|5|0): o_proj / unpooler S=1 -> 256 CTAs, qkv_gate S=4 -> 288; pooler's NW=16 S=1
+#                       (128 CTAs of 16 warps) is the same 4096 streaming warps
+#   compressed 9..16    Z(4,2,2,2,2|1): o_proj / unpooler S=1 -> 256, pooler S=2 -> 256 (qkv_gate 288)
+#   bf16 17..32         gemvt T(4,8,4,2): o_proj / unpooler S=1 -> 128, pooler S=2 -> 128, qkv_gate S=3 -> 108: one
+#                       193 KB CTA per SM, at most one wave; the 12-bit path loses every m = 32 row (section 20)
+#   plain bf16 m <= 8   C(8,2,1,2,0): o_proj / unpooler S=2 -> 512
+#   plain bf16 9..16    C(4,2,2,2,4): o_proj S=2 -> 512
+#   fp32 (DUAL) router  C(16,2,1,2,3) S=8 -> 64 (m <= 8), C(16,2,2,2,0) pf=1 S=8 -> 64 (16), C(8,1,4,1,4) S=8 -> 128
+# Every family is compiled for the m range it serves (build.py); a family that does not fit a shape falls through to
+# the next rule of its path, and last to default_config.
+PlannerRule = collections.namedtuple("PlannerRule", "path dual m_max config ctas source")
+PLANNER = (
+    PlannerRule("compressed", False, 8, GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=4, pf=0), 256,
+                "the tuned m <= 8 compressed rows (o_proj, unpooler 256 CTAs; qkv_gate 288)"),
+    PlannerRule("compressed", False, 16, GemvzConfig(nw=4, s=1, ug=2, r=2, pipe=2, pf=0), 256,
+                "the tuned m = 16 compressed rows (o_proj, unpooler, pooler: 256 CTAs)"),
+    PlannerRule("plain", False, 32, GemvtConfig(nw=4, s=1, st=8, ka=2), 132,
+                "the tuned m = 32 rows (every bf16 layer: gemvt, 108-128 CTAs, one wave)"),
+    PlannerRule("plain", False, 8, GemvConfig(nw=8, s=1, u=2, r=2, pipe=0, pf=0), 512,
+                "the tuned m <= 8 plain rows (o_proj, unpooler: 512 CTAs)"),
+    PlannerRule("plain", False, 16, GemvConfig(nw=4, s=1, u=2, r=2, pipe=4, pf=0), 512,
+                "the tuned m = 16 plain row of o_proj (512 CTAs)"),
+    PlannerRule("plain", True, 8, GemvConfig(nw=16, s=1, u=2, r=2, pipe=3, pf=0), 64,
+                "the router's tuned m <= 8 rows (64 CTAs)"),
+    PlannerRule("plain", True, 16, GemvConfig(nw=16, s=1, u=2, r=2, pipe=0, pf=1), 64,
+                "the router's tuned m = 16 row (64 CTAs)"),
+    PlannerRule("plain", True, 32, GemvConfig(nw=8, s=1, u=1, r=1, pipe=4, pf=0), 128,
+                "the router's tuned m = 32 row (128 CTAs)"),
+)
+PLANNER_MIN_M = {8: 1, 16: 9, 32: 17}   # a rule serves m from PLANNER_MIN_M[m_max] to m_max
+
+
+def _planner_tiles(cfg, N):
+    """Row tiles (the grid's x) of a config on N rows."""
+    return N // (16 * cfg.nw) if isinstance(cfg, GemvtConfig) else N // (16 * cfg.r)
+
+
+def planner_config(N, K, m, path, dual=False):
+    """The planner's config for an N x K layer at m on `path` ('compressed' or 'plain'): the first PLANNER rule of the
+    path and dtype whose m range holds m and whose family fits, with S chosen for the rule's CTA count (gemvt: the
+    largest S, any up to K / 128, whose grid stays within it, else S = 1; the register kernels: the S dividing the K
+    blocks whose grid comes closest to it, ties to the smaller S), cl = 2 (cluster reduction) where S > 1 and it fits,
+    else the ticket. Returns (config, why) or (None, why-not)."""
+    tried = []
+    for rule in PLANNER:
+        if rule.path != path or rule.dual != dual or not PLANNER_MIN_M[rule.m_max] <= m <= rule.m_max:
+            continue
+        base = rule.config
+        tiles = _planner_tiles(base, N)
+        if isinstance(base, GemvtConfig):
+            ss = range(1, max(1, K // (64 * base.ka)) + 1)
+        else:
+            ss = [v for v in range(1, 65) if (K // (64 if isinstance(base, GemvzConfig) else 32)) % v == 0]
+        best = None
+        for v in ss:
+            for cl in ((2, 0) if v > 1 else (0,)):
+                c = base._replace(s=v, cl=cl)
+                if config_misfit(c, N, K, m, dual):
+                    continue
+                # gemvt: a ceiling (its 193 KB CTA runs one per SM: a CTA past the wave costs a whole CTA's time);
+                # the register kernels: the closest
+                over = tiles * v - rule.ctas
+                key = ((over > 0, -tiles * v) if isinstance(base, GemvtConfig) else (abs(over), v))
+                if best is None or key < best[0]:
+                    best = (key, c)
+                break
+        if best is None:
+            tried.append(f"{kernel_name(base)} {base}: {config_misfit(base, N, K, m, dual)}")
+            continue
+        c = best[1]
+        return c, (f"planner: {kernel_name(c)} family of {rule.source}; S={c.s} -> {tiles * c.s} CTAs "
+                   f"(target {rule.ctas})")
+    return None, "; ".join(tried) or f"no planner rule for {path}{' DUAL' if dual else ''} at m={m}"
+
+
 def reference_m(name, m, tables):
     """The tabled m' a (name, m) takes its config from: m itself if some table has it, else the smallest tabled
     m' > m with the same NB (odd m reuse the config, and so the instantiation, of the scored m above them)."""
@@ -2549,17 +2629,25 @@ def plan_for(name, N, K, m, dual, compressible, force=None, ctable=None, ztable=
             note = f"; ZTABLE{key} unused: {compressible if not can_z else gemvz_misfit(ztable[key], N, K, m)}"
         if key in ctable and force != "compressed" and not config_misfit(ctable[key], N, K, m, dual):
             return PlanEntry("plain", ctable[key], f"CTABLE{key}{via}{note}")
+    pnote = ""
     if can_z and force != "plain" and (force == "compressed" or ref is None):
-        cfg = default_config(N, K, m, compressed=True)
+        cfg, why = planner_config(N, K, m, "compressed")
         if cfg is not None:
-            return PlanEntry("compressed", cfg, "default rule")
+            return PlanEntry("compressed", cfg, why)
+        pnote = f"; planner (compressed): {why}"
+        cfg = default_config(N, K, m, compressed=True)
+        if cfg is not None and (force == "compressed" or m <= 16):
+            return PlanEntry("compressed", cfg, "default rule" + pnote)
         if force == "compressed":
             raise ValueError(f"no compressed config fits layer '{layer}' N={N}, K={K}, m={m}")
-    cfg = default_config(N, K, m, compressed=False)
     if not note and not can_z and isinstance(compressible, str) and force != "plain":
         note = f"; compressed not used: {compressible}"
+    cfg, why = planner_config(N, K, m, "plain", dual)
     if cfg is not None:
-        return PlanEntry("plain", cfg, "default rule" + note)
+        return PlanEntry("plain", cfg, why + note)
+    cfg = default_config(N, K, m, compressed=False)
+    if cfg is not None:
+        return PlanEntry("plain", cfg, f"default rule{note}{pnote}; planner (plain): {why}")
     return PlanEntry("fallback", None, f"no plain config fits N={N}, K={K}, m={m}")
 
 

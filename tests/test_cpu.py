@@ -73,6 +73,8 @@ def test_the_shipped_source_compiles_only_what_a_table_row_or_the_default_rule_r
     reach, tabled = set(), build.load_tables()[1]
     for (name, m), cfg in list(S.CTABLE.items()) + list(S.ZTABLE.items()):
         reach.add(S.instance_of(cfg, m, tabled[name]["dtype"] == "fp32"))
+    for rule in S.PLANNER:
+        reach |= {S.instance_of(rule.config, m, rule.dual) for m in range(S.PLANNER_MIN_M[rule.m_max], rule.m_max + 1)}
     for m in (1, 9, 17):
         reach |= {S.instance_of(S.GemvConfig(nw, 1, u, r, p, 0), m, bool(d)) for nw, u, r, p in S.DEFAULT_GEMV for d in (0, 1)}
         reach |= {S.instance_of(S.GemvzConfig(nw, 1, u, r, p, 0), m) for nw, u, r, p in S.DEFAULT_GEMVZ}
@@ -712,3 +714,64 @@ def test_exception_rate_limits_decide_per_m_and_say_why():
         assert p.path == "plain" and src in p.why
         z2 = z._replace(n_exc=int(r_lo * 1.01 * N * K) + 1)
         assert all(isinstance(S._z_pays(z2, m), str) for m in (1, 8, 16, 32))
+
+
+# ---- the planner (PLANNER, planner_config: shapes no table row covers) -------------------------------------------
+PLANNER_NS = (16, 64, 256, 1008, 2304, 3072, 4096, 6144, 8192, 14336, 32064)
+PLANNER_KS = (64, 128, 1024, 2048, 3584, 4096, 8192, 18944)
+
+
+@pytest.mark.parametrize("N", PLANNER_NS)
+@pytest.mark.parametrize("K", PLANNER_KS)
+def test_planner_plans_a_compiled_config_that_fits_every_shape(N, K):
+    compiled = _compiled()
+    none = {}
+    for m in (1, 2, 5, 8, 9, 13, 16, 17, 24, 31, 32):
+        for dual, comp in ((False, True), (False, "refused"), (True, "fp32 weights take the DUAL plain path")):
+            p = S.plan_for("nobody", N, K, m, dual, comp, ctable=none, ztable=none, ttable=none, tpick=frozenset())
+            assert p.path in ("plain", "compressed"), (N, K, m, dual, p)
+            assert S.config_misfit(p.config, N, K, m, dual) is None, (N, K, m, dual, p)
+            assert S.instance_of(p.config, m, dual) in compiled, (N, K, m, dual, p)
+            assert p.why, p
+            if comp is not True:
+                assert p.path == "plain"
+
+
+def test_planner_choice_depends_only_on_the_shape_and_m():
+    for N, K in ((6144, 4096), (3072, 2048), (32064, 3072)):
+        for m in (1, 16, 32):
+            a = [S.planner_config(N, K, m, path) for path in ("compressed", "plain")]
+            b = [S.planner_config(N, K, m, path) for path in ("compressed", "plain")]
+            assert a == b
+            assert S.plan_for("a", N, K, m, False, True) == S.plan_for("b", N, K, m, False, True)
+
+
+def test_planner_targets_its_rules_cta_count():
+    # each rule's family at a shape of rule.ctas / 4 row tiles lands exactly on the target, with S = 4
+    for rule in S.PLANNER:
+        base, m = rule.config, rule.m_max
+        rows = 16 * (base.nw if isinstance(base, S.GemvtConfig) else base.r)
+        N, K = rows * (rule.ctas // 4), 16384
+        cfg, why = S.planner_config(N, K, m, rule.path, rule.dual)
+        assert cfg is not None and cfg._replace(s=1, cl=0) == base._replace(s=1, cl=0), (rule, cfg, why)
+        assert N // rows * cfg.s == rule.ctas and cfg.s == 4, (rule, cfg)
+        assert f"-> {rule.ctas} CTAs" in why
+    # gemvt's count is a ceiling: 36 tiles (qkv_gate) take S = 3 (108 CTAs, the tuned row), not S = 4 (144)
+    assert S.planner_config(2304, 8192, 32, "plain")[0].s == 3
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_planner_alone_reproduces_the_tuned_family_of_the_scored_shapes(name):
+    """--no-tables: with the tables ignored, every scored (layer, m) gets the kernel family and the CTA count its
+    tuned row has where the planner's rule was fit on that row (FINDINGS.md section 21); the rest stay close."""
+    d = LAYERS[name]
+    dual = d["dtype"] == "fp32"
+    none = {}
+    for m in judge.SCORED_M:
+        p = S.plan_for(name, d["N"], d["K"], m, dual, True if not dual else "fp32", ctable=none, ztable=none,
+                       ttable=none, tpick=frozenset())
+        t = S.plan_for(name, d["N"], d["K"], m, dual, True if not dual else "fp32")
+        assert type(p.config) is type(t.config), (name, m, p, t)
+        assert p.path == t.path, (name, m, p, t)
+        if isinstance(t.config, S.GemvtConfig) or dual:
+            assert p.config.s == t.config.s, (name, m, p, t)
