@@ -2526,7 +2526,7 @@ def planner_config(N, K, m, path, dual=False):
                 # gemvt: a ceiling (its 193 KB CTA runs one per SM: a CTA past the wave costs a whole CTA's time);
                 # the register kernels: the closest
                 over = tiles * v - rule.ctas
-                key = ((over > 0, -tiles * v) if isinstance(base, GemvtConfig) else (abs(over), v))
+                key = ((over > 0, -tiles * v if over <= 0 else v) if isinstance(base, GemvtConfig) else (abs(over), v))
                 if best is None or key < best[0]:
                     best = (key, c)
                 break

@@ -758,6 +758,9 @@ def test_planner_targets_its_rules_cta_count():
         assert f"-> {rule.ctas} CTAs" in why
     # gemvt's count is a ceiling: 36 tiles (qkv_gate) take S = 3 (108 CTAs, the tuned row), not S = 4 (144)
     assert S.planner_config(2304, 8192, 32, "plain")[0].s == 3
+    # and more tiles than the target (lm_head-sized N) take S = 1, never a wider split (S18c8: S = 24 ran 0.16x)
+    for N, K in ((28672, 4096), (32064, 3072), (9216, 3072)):
+        assert S.planner_config(N, K, 32, "plain")[0].s == 1
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
