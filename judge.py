@@ -533,7 +533,7 @@ PLAIN_ROUNDS = 3
 
 def plan_source(plan):
     """Where a plan's config came from: 'table' (a tuned row of CTABLE / ZTABLE / TTABLE), 'tuned' (set_config), or
-    'planner' (the default rule, for a shape no table covers); None for the fallback."""
+    'planner' (the planner's PLANNER rules or the default rule, for a shape no table covers); None for the fallback."""
     if plan.path == "fallback":
         return None
     return "table" if plan.why.startswith(("CTABLE", "ZTABLE", "TTABLE")) else (

@@ -2844,7 +2844,7 @@ class Layer:
             kern = f" {kernel_name(p.config)}" if p.path in ("plain", "compressed") else ""
             lines.append(f"  {rng:<9} {p.path}{kern}{cfg}  [{p.why}]")
             i = j + 1
-        lines.append(f"  m>{MAX_M}      fallback torch.nn.functional.linear  [m > {MAX_M}]")
+        lines.append(f"  m>{MAX_M}      fallback torch.matmul in fp32 (x and W as fp32)  [m > {MAX_M}]")
         return "\n".join(lines)
 
     __repr__ = describe

@@ -58,6 +58,12 @@ def test_case_plan_on_the_cpu_is_plan_for_with_the_fields_replaced():
     assert p == cases.Planned(want, 4096, 8192, 1, False)
     r = cases.planned("router:8")
     assert r.dual and isinstance(r.config, S.GemvConfig)
+    # a public-config shape (judge.py --shapes public) is a case too, planned by the planner (no table row)
+    g = cases.planned("gemma-2b.down:1:compressed:pipe=0")
+    d = judge.SHAPE_SETS["public"]["gemma-2b.down"]
+    want = S.plan_for("gemma-2b.down", d["N"], d["K"], 1, False, True, "compressed")
+    assert want.why.startswith("planner")
+    assert g == cases.Planned(want.config._replace(pipe=0), d["N"], d["K"], 1, False)
     with pytest.raises(SystemExit, match=r"has no field\(s\) \['ug'\]"):
         cases.planned("router:8:ug=2")                 # the router is plain (DUAL): a GemvConfig has no ug
 

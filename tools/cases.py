@@ -1,10 +1,11 @@
 """The case and variant specs the tools share (ab, ncu_case, trace_chain).
 
-A case is 'layer:m[:plain|compressed][:field=value...]': a scored layer at m, optionally forced onto one CUDA path,
-its tabled config with fields replaced. Fields that are not config fields (CASE_FIELDS) change the data: wseed /
-xseed draw the weights / x with another seed (judge.py's timing uses wseed=99, xseed=99+m); bal=G reorders the weight
-rows so that every group of G rows (a CTA's rows: 16 R) holds about as many out-of-window weights (a different matrix
-with the same values, for timing how the exceptions' spread over CTAs matters).
+A case is 'layer:m[:plain|compressed][:field=value...]': a scored layer (or a public-config shape of `judge.py --shapes
+public`, planned by the planner) at m, optionally forced onto one CUDA path, its planned config with fields replaced.
+Fields that are not config fields (CASE_FIELDS) change the data: wseed / xseed draw the weights / x with another seed
+(judge.py's timing uses wseed=99, xseed=99+m); bal=G reorders the weight rows so that every group of G rows (a CTA's
+rows: 16 R) holds about as many out-of-window weights (a different matrix with the same values, for timing how the
+exceptions' spread over CTAs matters).
 
 A variant is '' (the shipped source) or NAME[+NAME...]: macros that build_extension defines before the kernel
 source, a compile-time variant of the kernels. A tool builds each variant with only the instantiations its cases
@@ -26,12 +27,18 @@ CASE_FIELDS = ("wseed", "xseed", "bal")
 Planned = collections.namedtuple("Planned", "config N K m dual")
 
 
+def layer_spec(name):
+    """A case's layer: a scored layer (judge.LAYERS, with its table rows) or a public-config shape of `judge.py --shapes
+    public` (judge.SHAPE_SETS['public'], in no table: the planner's plan); None for an unknown name."""
+    return judge.LAYERS.get(name) or judge.SHAPE_SETS["public"].get(name)
+
+
 def parse(spec):
     """'pooler:1:compressed:pf=1' -> ('pooler', 1, 'compressed', {'pf': 1}); SystemExit naming what is wrong."""
     name, *rest = spec.split(":")
-    if name not in judge.LAYERS or not rest or not rest[0].isdigit():
+    if layer_spec(name) is None or not rest or not rest[0].isdigit():
         raise SystemExit(f"case {spec!r}: expected 'layer:m[:plain|compressed][:field=value...]' with a layer "
-                         f"in {', '.join(judge.LAYERS)}")
+                         f"in {', '.join(judge.LAYERS)} or a public shape in {', '.join(judge.SHAPE_SETS['public'])}")
     m, rest = int(rest[0]), rest[1:]
     path = next((r for r in rest if r in ("plain", "compressed")), None)
     bad = [r for r in rest if r not in ("plain", "compressed") and "=" not in r]
@@ -64,7 +71,7 @@ def planned(spec):
     """The config prepare plans for the case at m, found on the CPU the way prepare finds it (plan_for; a bf16
     layer's trained-looking weights compress), with the case's fields replaced. Returns a Planned."""
     name, m, path, fields = parse(spec)
-    d = judge.LAYERS[name]
+    d = layer_spec(name)
     dual = d["dtype"] == "fp32"
     compressible = "fp32 weights take the DUAL plain path" if dual else True
     cfg = S.plan_for(name, d["N"], d["K"], m, dual, compressible, path).config
@@ -102,7 +109,7 @@ def prepare(spec, copies=None, seed=7, ext=None):
     weights, launching with ext (None: the shipped build), with the fields replaced in every copy's plan for m.
     Returns (layers, m, x)."""
     name, m, path, fields = parse(spec)
-    d = judge.LAYERS[name]
+    d = layer_spec(name)
     dual = d["dtype"] == "fp32"
     wseed, xseed, bal = fields.get("wseed", seed), fields.get("xseed", 11 + m), fields.get("bal", 0)
     w = judge.trained_like(d["N"], d["K"], wseed, "cuda", torch.float32 if dual else torch.bfloat16)
