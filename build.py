@@ -229,9 +229,8 @@ def instances(crows, zwin, layers):
             inst.add(("gemv", (cfg_of(r, "nw"), cfg_of(r, "u"), nb, cfg_of(r, "r"), dual, cfg_of(r, "pipe"))))
     for r in zwin:
         inst.add(("gemvz", (cfg_of(r, "nw"), cfg_of(r, "ug"), nb_of(r["m"]), cfg_of(r, "r"), cfg_of(r, "pipe"))))
-    for rule in sub.PLANNER:        # the planner's families, for every m they serve (tables or not)
-        for m in range(sub.PLANNER_MIN_M[rule.m_max], rule.m_max + 1):
-            inst.add(sub.instance_of(rule.config, m, rule.dual))
+    for rule in sub.PLANNER:        # the planner's families (one NB each: submission.planner_serves), tables or not
+        inst.add(sub.instance_of(rule.config, rule.m_max, rule.dual))
     for nb in (1, 2, 4):
         for nw, u, rr, pipe in sub.DEFAULT_GEMV:
             for dual in (False, True):

@@ -2493,12 +2493,11 @@ PLANNER = (
     PlannerRule("plain", True, 32, GemvConfig(nw=8, s=1, u=1, r=1, pipe=4, pf=0), 128,
                 "the router's tuned m = 32 row (128 CTAs)"),
 )
-PLANNER_MIN_M = {8: 1, 16: 9, 32: 17}   # a rule serves m from PLANNER_MIN_M[m_max] to m_max
 
 
-def _planner_tiles(cfg, N):
-    """Row tiles (the grid's x) of a config on N rows."""
-    return N // (16 * cfg.nw) if isinstance(cfg, GemvtConfig) else N // (16 * cfg.r)
+def planner_serves(rule, m):
+    """A rule serves the m of its m_max's token blocks (m <= 8, 9..16, 17..32): one instantiation (NB) per rule."""
+    return nb_of(m) == nb_of(rule.m_max)
 
 
 def planner_config(N, K, m, path, dual=False):
@@ -2509,31 +2508,25 @@ def planner_config(N, K, m, path, dual=False):
     else the ticket. Returns (config, why) or (None, why-not)."""
     tried = []
     for rule in PLANNER:
-        if rule.path != path or rule.dual != dual or not PLANNER_MIN_M[rule.m_max] <= m <= rule.m_max:
+        if rule.path != path or rule.dual != dual or not planner_serves(rule, m):
             continue
-        base = rule.config
-        tiles = _planner_tiles(base, N)
-        if isinstance(base, GemvtConfig):
-            ss = range(1, max(1, K // (64 * base.ka)) + 1)
-        else:
-            ss = [v for v in range(1, 65) if (K // (64 if isinstance(base, GemvzConfig) else 32)) % v == 0]
-        best = None
-        for v in ss:
-            for cl in ((2, 0) if v > 1 else (0,)):
-                c = base._replace(s=v, cl=cl)
-                if config_misfit(c, N, K, m, dual):
-                    continue
-                # gemvt: a ceiling (its 193 KB CTA runs one per SM: a CTA past the wave costs a whole CTA's time);
-                # the register kernels: the closest
-                over = tiles * v - rule.ctas
-                key = ((over > 0, -tiles * v if over <= 0 else v) if isinstance(base, GemvtConfig) else (abs(over), v))
-                if best is None or key < best[0]:
-                    best = (key, c)
-                break
-        if best is None:
+        base, tma = rule.config, isinstance(rule.config, GemvtConfig)
+        tiles = N // (16 * (base.nw if tma else base.r))        # the grid's x
+        fits = {}                                              # S -> the config (cl = 2 where it fits) that fits
+        for v in range(1, (K // (64 * base.ka) if tma else 64) + 1):
+            c = next((c for c in (base._replace(s=v, cl=cl) for cl in ((2, 0) if v > 1 else (0,)))
+                      if not config_misfit(c, N, K, m, dual)), None)
+            if c is not None:
+                fits[v] = c
+        if not fits:
             tried.append(f"{kernel_name(base)} {base}: {config_misfit(base, N, K, m, dual)}")
             continue
-        c = best[1]
+        if tma:   # a ceiling: gemvt's 193 KB CTA runs one per SM, so a CTA past the wave costs a whole CTA's time
+            within = [v for v in fits if tiles * v <= rule.ctas]
+            v = max(within) if within else min(fits)
+        else:     # the register kernels: the closest, ties to the smaller S
+            v = min(fits, key=lambda v: (abs(tiles * v - rule.ctas), v))
+        c = fits[v]
         return c, (f"planner: {kernel_name(c)} family of {rule.source}; S={c.s} -> {tiles * c.s} CTAs "
                    f"(target {rule.ctas})")
     return None, "; ".join(tried) or f"no planner rule for {path}{' DUAL' if dual else ''} at m={m}"
@@ -2636,7 +2629,10 @@ def plan_for(name, N, K, m, dual, compressible, force=None, ctable=None, ztable=
             return PlanEntry("compressed", cfg, why)
         pnote = f"; planner (compressed): {why}"
         cfg = default_config(N, K, m, compressed=True)
-        if cfg is not None and (force == "compressed" or m <= 16):
+        # the old default's compressed config only where the planner plans the 12-bit path at all (not at m >= 17,
+        # where every bf16 row runs plain gemvt: FINDINGS 20 / 21), or when forced
+        z_planned = any(r.path == "compressed" and planner_serves(r, m) for r in PLANNER)
+        if cfg is not None and (force == "compressed" or z_planned):
             return PlanEntry("compressed", cfg, "default rule" + pnote)
         if force == "compressed":
             raise ValueError(f"no compressed config fits layer '{layer}' N={N}, K={K}, m={m}")

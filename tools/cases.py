@@ -30,7 +30,7 @@ Planned = collections.namedtuple("Planned", "config N K m dual")
 def layer_spec(name):
     """A case's layer: a scored layer (judge.LAYERS, with its table rows) or a public-config shape of `judge.py --shapes
     public` (judge.SHAPE_SETS['public'], in no table: the planner's plan); None for an unknown name."""
-    return judge.LAYERS.get(name) or judge.SHAPE_SETS["public"].get(name)
+    return next((shapes[name] for shapes in judge.SHAPE_SETS.values() if name in shapes), None)
 
 
 def parse(spec):
