@@ -5,6 +5,7 @@
     python judge.py --layers pooler,router --m 1,8 --no-timing
     python judge.py --compare results/judge-2026-11-30-abc1234.json
     python judge.py --shapes public      # layer shapes of public models, in no table: the planner's score
+    python judge.py --shapes holdout     # more such shapes, never used to fit the planner's cost model
     python judge.py --no-tables          # the 30 shapes with the tables ignored (planner only): ...-notables.json
     python judge.py --weights rowscaled  # another weight distribution (gaussian, heavy, rowscaled; default trained)
 
@@ -62,9 +63,25 @@ PUBLIC_SHAPES = [  # (name, N, K, where the numbers come from)
     ("llama3.2-1b.qkv", 3072, 2048, "Llama-3.2-1B: hidden 2048, 32 query + 2 x 8 key/value heads of 64"),
     ("llama3.2-1b.down", 2048, 8192, "Llama-3.2-1B: intermediate 8192"),
 ]
+# Shapes the planner's cost model was never fit on (tools/plan_fit.py fits on the scored and public sets): how it does
+# on a model it has not seen. From public configs too; no (N, K) here is one of the fit set's.
+HOLDOUT_SHAPES = [  # (name, N, K, where the numbers come from)
+    ("qwen2.5-14b.qkv", 7168, 5120, "Qwen2.5-14B: hidden 5120, 40 query + 2 x 8 key/value heads of 128"),
+    ("qwen2.5-14b.gate_up", 27648, 5120, "Qwen2.5-14B: intermediate 13824, gate and up fused"),
+    ("qwen2.5-14b.down", 5120, 13824, "Qwen2.5-14B: down projection"),
+    ("gemma-7b.qkv", 12288, 3072, "Gemma-7B: hidden 3072, 16 heads of 256 for q, k and v"),
+    ("gemma-7b.down", 3072, 24576, "Gemma-7B: intermediate 24576"),
+    ("phi-2.fc1", 10240, 2560, "Phi-2: hidden 2560, intermediate 10240"),
+    ("phi-2.fc2", 2560, 10240, "Phi-2: down projection"),
+    ("qwen2-1.5b.qkv", 2048, 1536, "Qwen2-1.5B: hidden 1536, 12 query + 2 x 2 key/value heads of 128"),
+    ("qwen2-1.5b.down", 1536, 8960, "Qwen2-1.5B: intermediate 8960"),
+    ("mistral-nemo.o", 5120, 4096, "Mistral-NeMo-12B: 32 heads of 128 -> hidden 5120"),
+    ("llama2-13b.o", 5120, 5120, "Llama-2-13B: hidden 5120"),
+]
 SHAPE_SETS = {
     "scored": LAYERS,
     "public": {n: {"layer": n, "N": N, "K": K, "dtype": "bf16", "source": src} for n, N, K, src in PUBLIC_SHAPES},
+    "holdout": {n: {"layer": n, "N": N, "K": K, "dtype": "bf16", "source": src} for n, N, K, src in HOLDOUT_SHAPES},
 }
 PUBLIC_M = [1, 8, 16, 32]
 
@@ -681,7 +698,7 @@ def write_result(res, path=None, tag=""):
     os.makedirs(os.path.join(ROOT, "results"), exist_ok=True)
     if path is None:
         tag = ("" if res.get("backend", "tables") == "tables" else "-" + res["backend"]) + tag
-        kind = "shapes" if res.get("shapes") == "public" else "judge"
+        kind = {"public": "shapes", "holdout": "holdout"}.get(res.get("shapes"), "judge")
         path = os.path.join(ROOT, "results", f"{kind}-{res['date'][:10]}-{res['commit']}{tag}.json")
     with open(path, "w") as f:
         json.dump(res, f, indent=1)
@@ -771,7 +788,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", choices=tuple(SHAPE_SETS), default="scored",
                     help="scored: the 30 shapes and the full correctness suite (default); public: layer shapes from "
-                         "public model configs, in no table, at m = 1, 8, 16, 32 (results/shapes-<date>-<sha>.json)")
+                         "public model configs, in no table, at m = 1, 8, 16, 32 (results/shapes-<date>-<sha>.json); "
+                         "holdout: more such shapes, never used to fit the planner (results/holdout-<date>-<sha>.json)")
     ap.add_argument("--layers", default=None, help="comma list of the set's layers (default: all of them)")
     ap.add_argument("--m", default=None, help="comma list of m (default: 1,2,4,8,16,32; public: 1,8,16,32)")
     ap.add_argument("--weights", choices=tuple(WEIGHTS), default="trained",
@@ -794,7 +812,7 @@ def main(argv=None):
     for l in layers:
         if l not in specs:
             ap.error(f"unknown layer {l!r} in --shapes {args.shapes}; known: {', '.join(specs)}")
-    ms = [int(v) for v in args.m.split(",") if v] if args.m else (PUBLIC_M if args.shapes == "public" else SCORED_M)
+    ms = [int(v) for v in args.m.split(",") if v] if args.m else (SCORED_M if args.shapes == "scored" else PUBLIC_M)
     t_start = time.time()
     import submission as sub
     global PREPARE_KW

@@ -78,6 +78,33 @@ def test_no_instantiation_spills_registers(ptxas_report):
         assert s == ("0", "0"), f"{name} spills: {s}"
 
 
+def _mangled(kind, t):
+    """The mangled entry name of one instantiation (t: its template arguments as instance_of gives them)."""
+    args = "".join(f"Lb{int(v)}E" if isinstance(v, bool) else f"Li{v}E" for v in t)
+    return f"_Z{len(kind) + 7}{kind}_kernelI{args}E"
+
+
+@needs_nvcc
+def test_cost_model_families_declare_the_occupancy_their_registers_give(ptxas_report):
+    # PLAN_MODELS' occ (CTAs an SM holds at S = 1) is what the compiled kernel's registers, threads and shared memory
+    # allow (the planner prices waves with it; a kernel change that moves its registers must move occ, or refit)
+    regs = {}
+    for b in re.split(r"ptxas info\s+: Compiling entry function ", ptxas_report)[1:]:
+        name = b.split("'")[1]
+        r, sm = re.search(r"Used (\d+) registers", b), re.search(r"(\d+) bytes smem", b)
+        regs[name.split("Ev")[0] + "E"] = (int(r.group(1)), int(sm.group(1)) if sm else 0)
+    for md in submission.PLAN_MODELS:
+        for fam in md.families:
+            kind, t = submission.instance_of(fam.config, 8 * md.nb, False)
+            nreg, static = next(v for k, v in regs.items() if k.startswith(_mangled(kind, t)))
+            threads = 32 * (fam.config.nw + 1)          # + the exception warp (gemvz) or the producer (gemvt)
+            per_warp = -(-nreg * 32 // 256) * 256
+            dyn = (submission.gemvt_smem(fam.config.nw, fam.config.st, md.nb, fam.config.ka)
+                   if kind == "gemvt" else 0)
+            occ = min(65536 // (per_warp * (threads // 32)), 2048 // threads, 228 * 1024 // (static + dyn + 1024))
+            assert occ == fam.occ, (fam.config, nreg, static, occ)
+
+
 def test_kernel_source_has_no_torch_headers():
     for src in (submission.KERNEL_SRC, submission.BIND_SRC):
         assert "torch/" not in src and "ATen" not in src

@@ -1,5 +1,8 @@
 """CPU tests of everything that is not a kernel launch: dispatch rules, tables and build.py, the router's
 hi/lo split, input validation."""
+import collections
+import json
+import math
 import os
 import re
 import subprocess
@@ -75,6 +78,8 @@ def test_the_shipped_source_compiles_only_what_a_table_row_or_the_default_rule_r
         reach.add(S.instance_of(cfg, m, tabled[name]["dtype"] == "fp32"))
     for rule in S.PLANNER:
         reach |= {S.instance_of(rule.config, m, rule.dual) for m in range(1, S.MAX_M + 1) if S.planner_serves(rule, m)}
+    for model in S.PLAN_MODELS:
+        reach |= {S.instance_of(f.config, 8 * model.nb, False) for f in model.families}
     for m in (1, 9, 17):
         reach |= {S.instance_of(S.GemvConfig(nw, 1, u, r, p, 0), m, bool(d)) for nw, u, r, p in S.DEFAULT_GEMV for d in (0, 1)}
         reach |= {S.instance_of(S.GemvzConfig(nw, 1, u, r, p, 0), m) for nw, u, r, p in S.DEFAULT_GEMVZ}
@@ -747,26 +752,73 @@ def test_planner_choice_depends_only_on_the_shape_and_m():
 
 
 def test_planner_targets_its_rules_cta_count():
-    # each rule's family at a shape of rule.ctas / 4 row tiles lands exactly on the target, with S = 4
+    # each PLANNER rule's family (plain bf16 m <= 16, the DUAL router) at a shape of rule.ctas / 4 row tiles lands
+    # exactly on the target, with S = 4
     for rule in S.PLANNER:
         base, m = rule.config, rule.m_max
-        rows = 16 * (base.nw if isinstance(base, S.GemvtConfig) else base.r)
+        rows = 16 * base.r
         N, K = rows * (rule.ctas // 4), 16384
         cfg, why = S.planner_config(N, K, m, rule.path, rule.dual)
         assert cfg is not None and cfg._replace(s=1, cl=0) == base._replace(s=1, cl=0), (rule, cfg, why)
         assert N // rows * cfg.s == rule.ctas and cfg.s == 4, (rule, cfg)
         assert f"-> {rule.ctas} CTAs" in why
-    # gemvt's count is a ceiling: 36 tiles (qkv_gate) take S = 3 (108 CTAs, the tuned row), not S = 4 (144)
-    assert S.planner_config(2304, 8192, 32, "plain")[0].s == 3
-    # and more tiles than the target (lm_head-sized N) take S = 1, never a wider split (S18c8: S = 24 ran 0.16x)
-    for N, K in ((28672, 4096), (32064, 3072), (9216, 3072)):
-        assert S.planner_config(N, K, 32, "plain")[0].s == 1
+
+
+PLAN_GRID = os.path.join(ROOT, "results", "plangrid-2026-12-02-s19call1.json")
+
+
+def _grid_cases():
+    """{(layer, m): [(config, row)]} of the committed plan_grid run the cost model was fit on (rows marked bad left out)."""
+    kinds = {"GemvzConfig": S.GemvzConfig, "GemvtConfig": S.GemvtConfig}
+    out = collections.defaultdict(list)
+    for r in json.load(open(PLAN_GRID))["rows"]:
+        if not r.get("bad"):
+            out[r["layer"], r["m"]].append((kinds[r["kind"]](**r["config"]), r))
+    return out
+
+
+def test_cost_model_picks_the_fastest_timed_candidate_of_its_fit_data():
+    """The planner's pick among the timed candidates of each (shape, m) of the fit data (tools/plan_grid.py, H200,
+    session 19) is within a few percent of the fastest: what tools/plan_fit.py fit the constants for. Fails when the
+    constants, the formula or the candidate families change without a refit."""
+    ratios = []
+    for (layer, m), cands in _grid_cases().items():
+        path = "compressed" if isinstance(cands[0][0], S.GemvzConfig) else "plain"
+        N, K = cands[0][1]["N"], cands[0][1]["K"]
+        priced = S.plan_priced(N, K, m, path)
+        timed = {c: r["us"] for c, r in cands}
+        assert set(timed) <= {c for _, c, _ in priced}, (layer, m)   # every timed candidate is one the planner prices
+        pick = next(c for _, c, _ in priced if c in timed)
+        ratios.append(timed[pick] / min(timed.values()))
+        assert ratios[-1] < 1.10, (layer, m, pick, timed[pick], min(timed.values()))
+    assert len(ratios) >= 45
+    assert math.exp(sum(map(math.log, ratios)) / len(ratios)) < 1.02
+
+
+def test_cost_model_occupancy_matches_the_compiled_kernels_of_the_fit_data():
+    """plan_occupancy (the family's register count at S = 1, shared memory computed) equals the CTAs an SM held in the
+    timed runs (from the compiled kernels' attributes) for every timed config."""
+    fams = {(f.config, md.nb): f for md in S.PLAN_MODELS for f in md.families}
+    for (layer, m), cands in _grid_cases().items():
+        for c, r in cands:
+            assert S.plan_occupancy(fams[c._replace(s=1, cl=0), S.nb_of(m)], c, m) == r["occ"], (layer, m, c, r["occ"])
+
+
+def test_cost_model_prices_more_bytes_higher_and_stays_in_its_fitted_splits():
+    for md in S.PLAN_MODELS:
+        m = 8 * md.nb
+        for fam in md.families:
+            for N, K in ((4096, 4096), (8192, 8192), (2048, 16384)):
+                for v, c in S.plan_splits(fam.config, N, K, m).items():
+                    assert v <= S.PLAN_MAX_S
+                    a, b = S.plan_cost(md, fam, c, N, K, m), S.plan_cost(md, fam, c, N, 2 * K, m)
+                    assert 0 < a < b, (fam, c, a, b)
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_planner_alone_reproduces_the_tuned_family_of_the_scored_shapes(name):
-    """--no-tables: with the tables ignored, every scored (layer, m) gets the kernel family and the CTA count its
-    tuned row has where the planner's rule was fit on that row (FINDINGS.md section 21); the rest stay close."""
+    """--no-tables: with the tables ignored, every scored (layer, m) takes the path and kernel its tuned row takes (the
+    router also its split); the config within that kernel is the planner's (FINDINGS 21, 22)."""
     d = LAYERS[name]
     dual = d["dtype"] == "fp32"
     none = {}
@@ -776,5 +828,5 @@ def test_planner_alone_reproduces_the_tuned_family_of_the_scored_shapes(name):
         t = S.plan_for(name, d["N"], d["K"], m, dual, True if not dual else "fp32")
         assert type(p.config) is type(t.config), (name, m, p, t)
         assert p.path == t.path, (name, m, p, t)
-        if isinstance(t.config, S.GemvtConfig) or dual:
+        if dual:
             assert p.config.s == t.config.s, (name, m, p, t)

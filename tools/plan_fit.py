@@ -1,0 +1,161 @@
+"""Fit the planner's cost model (submission.PLAN_MODELS) to tools/plan_grid.py's timings, and say how well it picks.
+
+    python3 tools/plan_fit.py results/plangrid-2026-12-02-s19call1.json [more.json ...] [--lam 1.0] [--loso]
+
+Per model class (path and token blocks: compressed m <= 8, compressed 9..16, gemvt 17..32) the constants are fit by
+Nelder-Mead on an objective that asks the model to *pick* well: for every timed case (layer, m), the expected loss
+(log of the picked candidate's time over the case's fastest) of a soft pick over the model's predictions, plus lam x the
+mean squared log error of the predicted times (so the constants stay physical). The model's formula is the shipped one
+(submission.plan_cost), with the trial constants. Prints each class's constants as the PLAN_MODELS literal, the
+in-sample pick loss, the rms error of the times, and with --loso the same pick loss with each shape left out of the
+fit in turn (how the model does on a shape it was not fit on). CPU only (numpy, scipy).
+"""
+import argparse
+import collections
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repo root
+os.environ.setdefault("MUSE_BUILD", "0")
+import submission as S  # noqa: E402
+
+KINDS = {"GemvzConfig": S.GemvzConfig, "GemvtConfig": S.GemvtConfig, "GemvConfig": S.GemvConfig}
+
+
+def load(paths):
+    """The grid rows of every file, as (config, row); rows whose 'bad' flag is set (a timing known to be wrong) left
+    out."""
+    rows = []
+    for p in paths:
+        for r in json.load(open(p))["rows"]:
+            if not r.get("bad"):
+                rows.append((KINDS[r["kind"]](**r["config"]), r))
+    return rows
+
+
+def fam_key(cfg):
+    return cfg._replace(s=1, cl=0)
+
+
+def classes(rows):
+    """{(path, nb): [(config, row)]}: the model classes the rows fall in."""
+    out = collections.defaultdict(list)
+    for c, r in rows:
+        path = "compressed" if isinstance(c, S.GemvzConfig) else "plain"
+        out[path, S.nb_of(r["m"])].append((c, r))
+    return out
+
+
+NG = 5   # the class's constants: t0, cl0, cl1, tk0, tk1; then r, R and bw of each family
+
+
+def unpack(p, path, nb, fams, occs):
+    """A PlanModel from the parameter vector p: t0, cl0, cl1, tk0, tk1, then r, R and bw of each family."""
+    n = len(fams)
+    return S.PlanModel(path, nb, p[0], p[1], p[2], p[3], p[4],
+                       tuple(S.PlanFamily(f, occs[f], p[NG + i], p[NG + n + i], p[NG + 2 * n + i])
+                             for i, f in enumerate(fams)))
+
+
+def predict(model, c, r):
+    fam = next(f for f in model.families if f.config == fam_key(c))
+    return S.plan_cost(model, fam, c, r["N"], r["K"], r["m"])
+
+
+def objective(model, rows, lam, tau=0.05):
+    by = collections.defaultdict(list)
+    for c, r in rows:
+        by[r["layer"], r["m"]].append((math.log(predict(model, c, r)), math.log(r["us"])))
+    loss = err = 0.0
+    for cands in by.values():
+        best_p, best_t = min(p for p, _ in cands), min(t for _, t in cands)
+        w = [math.exp(-(p - best_p) / tau) for p, _ in cands]
+        loss += sum(wi * (t - best_t) for wi, (_, t) in zip(w, cands)) / sum(w)
+        err += sum((p - t) ** 2 for p, t in cands)
+    return loss + lam * err / len(rows)
+
+
+def pick_loss(model, rows):
+    """[picked time / fastest time] per case, and the rms log error of the predicted times."""
+    by = collections.defaultdict(list)
+    for c, r in rows:
+        by[r["layer"], r["m"]].append((predict(model, c, r), r["us"]))
+    ratios = [min(cands)[1] / min(t for _, t in cands) for cands in by.values()]
+    err = math.sqrt(sum(math.log(p / t) ** 2 for cands in by.values() for p, t in cands) / len(rows))
+    return ratios, err
+
+
+def fit(rows, path, nb, fams, occs, lam, p0=None):
+    from scipy.optimize import minimize
+    n = len(fams)
+    p0 = list(p0) if p0 is not None else [0.5, 0.3, 0.3, 0.5, 0.1] + [30.0] * n + [60.0] * n + [4500.0] * n
+
+    def f(p):
+        if min(p) < 0 or min(p[NG:]) <= 0:
+            return 1e9
+        return objective(unpack(p, path, nb, fams, occs), rows, lam)
+    best = None
+    for _ in range(3):
+        res = minimize(f, p0 if best is None else best.x, method="Nelder-Mead",
+                       options={"maxiter": 8000, "maxfev": 8000, "adaptive": True})
+        if best is None or res.fun < best.fun:
+            best = res
+    return list(best.x)
+
+
+def geo(v):
+    return math.exp(sum(map(math.log, v)) / len(v))
+
+
+def cfg_literal(c):
+    """A family's config as PLAN_MODELS writes it: the fields before pdl (pdl, cl, co keep their defaults)."""
+    f = c._asdict()
+    keep = list(f)[:list(f).index("pdl")]
+    return f"{type(c).__name__}({', '.join(f'{k}={f[k]}' for k in keep)})"
+
+
+def literal(model):
+    fams = ",\n".join(f"        PlanFamily({cfg_literal(f.config)}, occ={f.occ}, r={f.r:.2f}, R={f.R:.2f}, bw={f.bw:.0f})"
+                       for f in model.families)
+    return (f"    PlanModel({model.path!r}, nb={model.nb}, t0={model.t0:.3f}, cl0={model.cl0:.3f}, cl1={model.cl1:.3f}, "
+            f"tk0={model.tk0:.3f}, tk1={model.tk1:.3f}, families=(\n{fams},\n    )),")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("grids", nargs="+")
+    ap.add_argument("--lam", type=float, default=1.0)
+    ap.add_argument("--loso", action="store_true", help="also fit with each shape left out, and pick on it")
+    ap.add_argument("--warm", action="store_true", help="start from submission.PLAN_MODELS' constants")
+    args = ap.parse_args(argv)
+    rows = load(args.grids)
+    for (path, nb), crows in sorted(classes(rows).items()):
+        fams = sorted({fam_key(c) for c, _ in crows}, key=repr)
+        occs = {f: min(r["occ"] for c, r in crows if fam_key(c) == f and c.s == 1) for f in fams}
+        old = next((m for m in S.PLAN_MODELS if m.path == path and m.nb == nb), None) if args.warm else None
+        p0 = None
+        if old is not None and sorted((f.config for f in old.families), key=repr) == fams:
+            byf = {f.config: f for f in old.families}
+            p0 = ([old.t0, old.cl0, old.cl1, old.tk0, old.tk1] + [byf[f].r for f in fams] + [byf[f].R for f in fams] +
+                  [byf[f].bw for f in fams])
+        p = fit(crows, path, nb, fams, occs, args.lam, p0)
+        model = unpack(p, path, nb, fams, occs)
+        ratios, err = pick_loss(model, crows)
+        print(f"# {path} nb={nb}: {len(crows)} timings, {len(ratios)} cases; pick / fastest geomean {geo(ratios):.4f}, "
+              f"worst {max(ratios):.3f}; rms log error of the times {err:.3f}", flush=True)
+        if args.loso:
+            held_ratios = []
+            for held in sorted({r["layer"] for _, r in crows}):
+                pm = unpack(fit([x for x in crows if x[1]["layer"] != held], path, nb, fams, occs, args.lam, p),
+                            path, nb, fams, occs)
+                held_ratios += pick_loss(pm, [x for x in crows if x[1]["layer"] == held])[0]
+            print(f"# {path} nb={nb}: each shape left out of the fit: pick / fastest geomean {geo(held_ratios):.4f}, "
+                  f"worst {max(held_ratios):.3f}", flush=True)
+        print(literal(model), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
