@@ -721,6 +721,22 @@ def test_exception_rate_limits_decide_per_m_and_say_why():
         assert all(isinstance(S._z_pays(z2, m), str) for m in (1, 8, 16, 32))
 
 
+def test_a_row_with_many_exceptions_runs_plain_where_its_walk_outlasts_the_stream():
+    """CAPR_LIMITS (tools/capr_probe.py, FINDINGS 22): at a low rate, a layer whose worst row holds more exceptions
+    than an m range's limit runs plain there, and the reason names the limit; the trained-looking capr of the scored
+    shapes (5-11) is far below both limits."""
+    (m_lo, c_lo), (m_hi, c_hi) = S.CAPR_LIMITS
+    assert m_lo == 8 and m_hi == S.MAX_M and 11 < c_hi < c_lo < S.MAX_CAPR
+    N, K = 2048, 16384
+    z = S.ZPack(torch.zeros(N // 16, K // 64, 1536, dtype=torch.uint8), torch.zeros(N, dtype=torch.uint8), None,
+                None, (c_lo + c_hi) // 2, int(0.0002 * N * K), [], 0)
+    assert S._z_pays(z, 1) is True and S._z_pays(z, 8) is True
+    why = S._z_pays(z, 16)
+    assert isinstance(why, str) and "CAPR_LIMITS" in why and f"> {c_hi}" in why
+    assert S.plan_for("x", N, K, 16, False, why).path == "plain"
+    assert all(isinstance(S._z_pays(z._replace(capr=c_lo + 1), m), str) for m in (1, 8, 16, 32))
+
+
 # ---- the planner (PLANNER, planner_config: shapes no table row covers) -------------------------------------------
 PLANNER_NS = (16, 64, 256, 1008, 2304, 3072, 4096, 6144, 8192, 14336, 32064)
 PLANNER_KS = (64, 128, 1024, 2048, 3584, 4096, 8192, 18944)
