@@ -247,6 +247,27 @@ def test_kernel_fn_fallback_computes_on_any_device():
     assert torch.equal(y, x @ L.weight.t())
 
 
+def test_fallback_matmul_restores_torchs_reduction_flag_and_keeps_fp32_weights_fp32():
+    flags = torch.backends.cuda.matmul
+    before = flags.allow_bf16_reduced_precision_reduction
+    try:
+        for start in (True, False):
+            flags.allow_bf16_reduced_precision_reduction = start
+            x, w = judge.fresh_x(5, 64, 2, "cpu"), judge.trained_like(32, 64, 3)
+            out = torch.empty(5, 32, dtype=torch.bfloat16)
+            S.fallback_matmul(x, w, out)
+            assert torch.equal(out, x @ w.t()) and flags.allow_bf16_reduced_precision_reduction is start
+            with pytest.raises(RuntimeError):                  # a failing GEMM still puts the flag back
+                S.fallback_matmul(x, w, torch.empty(5, 32, dtype=torch.float16))
+            assert flags.allow_bf16_reduced_precision_reduction is start
+        w32 = judge.trained_like(32, 64, 4, dtype=torch.float32)
+        out32 = torch.empty(5, 32, dtype=torch.float32)
+        S.fallback_matmul(x, w32, out32)
+        assert torch.equal(out32, x.float() @ w32.t())
+    finally:
+        flags.allow_bf16_reduced_precision_reduction = before
+
+
 def test_describe_names_every_m_path():
     L = _cpu_layer()
     d = L.describe()
