@@ -392,3 +392,44 @@ def test_same_code_reads_the_layout_before_csrc():
     assert same_code.table_insts(old) == sorted([("gemvt", (4, 4, 1, 2)), ("gemv", (2, 1, 1, 1, True, 2)),
                                                  ("gemvz", (8, 1, 1, 2, 5))], key=str)
     assert same_code.parse_extra("gemv:4,1,1,1,1,2") == ("gemv", (4, 1, 1, 1, True, 2))
+
+
+# ---- plan_grid / plan_fit (the planner's data and fit) -----------------------------------------------------------
+def test_plan_grid_times_exactly_what_the_planner_prices():
+    import plan_grid
+    for sset in ("public", "holdout"):
+        for name, d in judge.SHAPE_SETS[sset].items():
+            for m in (1, 16, 32):
+                path = "plain" if m > 16 else "compressed"
+                want = [c for _, _, c in S.plan_candidates(d["N"], d["K"], m, path)]
+                got = plan_grid.candidates(d["N"], d["K"], m, list(plan_grid.FAMILIES))
+                assert [c for _, c in got] == want, (name, m)
+                extra = plan_grid.candidates(d["N"], d["K"], m, list(plan_grid.FAMILIES), plain=True)
+                plain = S.planner_config(d["N"], d["K"], m, "plain")[0] if m <= 16 else None
+                if plain is not None:   # --plain adds the plain path's plan: what the layer runs if refused
+                    assert extra == got + [("plain", plain)]
+                else:
+                    assert extra == got
+
+
+def test_plan_fit_prices_with_the_shipped_formula_and_writes_the_literal_back():
+    import plan_fit
+    rows = plan_fit.load([os.path.join(os.path.dirname(S.__file__), "results", "plangrid-2026-12-02-s19call1.json")])
+    assert rows and all(not r.get("bad") for _, r in rows)
+    for md in S.PLAN_MODELS:
+        fams = sorted((f.config for f in md.families), key=repr)
+        byf = {f.config: f for f in md.families}
+        p = ([md.t0, md.cl0, md.cl1, md.tk0, md.tk1] + [byf[f].r for f in fams] + [byf[f].R for f in fams] +
+             [byf[f].bw for f in fams])
+        back = plan_fit.unpack(p, md.path, md.nb, fams, {f: byf[f].occ for f in fams})
+        crows = plan_fit.classes(rows)[md.path, md.nb]
+        for c, r in crows[:20]:
+            fam = next(f for f in md.families if f.config == plan_fit.fam_key(c))
+            assert plan_fit.predict(back, c, r) == S.plan_cost(md, fam, c, r["N"], r["K"], r["m"])
+        ratios, err = plan_fit.pick_loss(back, crows)
+        assert max(ratios) < 1.10 and 0 < err < 0.5
+        lit = plan_fit.literal(back).strip().rstrip(",")
+        again = eval(lit, vars(S))                      # the printed literal is the model, to the printed digits
+        assert again.path == md.path and again.nb == md.nb and len(again.families) == len(md.families)
+        for f in again.families:
+            assert abs(f.r - byf[f.config].r) < 0.01 and f.occ == byf[f.config].occ

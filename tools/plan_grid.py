@@ -63,8 +63,8 @@ def occupancy(ext, cfg, m, dual):
 
 def candidates(N, K, m, families, plain=False):
     """[(class name, config)] of every candidate the planner prices (submission.plan_candidates) in the classes named;
-    with plain, at m <= 16 also the plain path's plan (planner_config(..., 'plain'), class 'plain'): what the layer
-    would run if the 12-bit path were refused."""
+    with plain, at m <= 16 also the plain planner's config (planner_config(..., 'plain'), class 'plain'; none where only
+    the default rule fits): what the layer would run if the 12-bit path were refused."""
     path = "plain" if S.nb_of(m) == 4 else "compressed"
     out = [(CLASS_NAMES[md.path, md.nb], c) for md, _, c in S.plan_candidates(N, K, m, path)
            if CLASS_NAMES[md.path, md.nb] in families]
