@@ -2502,7 +2502,7 @@ def default_config(N, K, m, compressed):
 PlanFamily = collections.namedtuple("PlanFamily", "config occ r R bw")
 PlanModel = collections.namedtuple("PlanModel", "path nb t0 cl0 cl1 tk0 tk1 families")
 SMS = 132
-PLAN_MAX_S = 8           # splits priced: the fit saw S <= 8 (tools/plan_grid.py --max-s)
+PLAN_MAX_S = 8           # splits priced: the fit saw S <= 8
 PLAN_SPLIT_CTAS = 396    # a split (S > 1) is priced while its grid has at most this many CTAs (gemvt: two thirds):
                          # the fit's domain (three waves of one CTA an SM)
 PLAN_MODELS = (
@@ -2595,7 +2595,8 @@ def plan_priced(N, K, m, path):
               for i, (model, fam, c) in enumerate(plan_candidates(N, K, m, path))]
     priced.sort(key=lambda t: t[:3])
     return [(t, c, fam) for t, _, _, c, fam in priced]
-# ---- the planner: a config for any (N, K, m, dtype) that no table row covers -----------------------------------
+
+
 # The rules where no cost model class runs: one kernel family per (path, m range), the instantiation the tuned rows of
 # tables/ share in that range, and the CTA count their S fills (the constant fit on those rows); for a new shape the
 # rule keeps the family and picks S so that the grid comes as close as it can to that count (FINDINGS 21):
