@@ -1,7 +1,6 @@
 """CPU tests of everything that is not a kernel launch: dispatch rules, tables and build.py, the router's
 hi/lo split, input validation."""
 import collections
-import json
 import math
 import os
 import re
@@ -747,7 +746,7 @@ def test_a_row_with_many_exceptions_runs_plain_where_its_walk_outlasts_the_strea
     than an m range's limit runs plain there, and the reason names the limit; the trained-looking capr of the scored
     shapes (5-11) is far below both limits."""
     (m_lo, c_lo), (m_hi, c_hi) = S.CAPR_LIMITS
-    assert m_lo == 8 and m_hi == S.MAX_M and 11 < c_hi < c_lo < S.MAX_CAPR
+    assert m_lo == 8 and m_hi == S.MAX_M and 11 < c_hi < c_lo == S.MAX_CAPR   # over every limit: not compressed
     N, K = 2048, 16384
     z = S.ZPack(torch.zeros(N // 16, K // 64, 1536, dtype=torch.uint8), torch.zeros(N, dtype=torch.uint8), None,
                 None, (c_lo + c_hi) // 2, int(0.0002 * N * K), [], 0)
@@ -805,12 +804,12 @@ PLAN_GRID = os.path.join(ROOT, "results", "plangrid-2026-12-02-s19call1.json")
 
 
 def _grid_cases():
-    """{(layer, m): [(config, row)]} of the committed plan_grid run the cost model was fit on (rows marked bad left out)."""
-    kinds = {"GemvzConfig": S.GemvzConfig, "GemvtConfig": S.GemvtConfig}
+    """{(layer, m): [(config, row)]} of the committed plan_grid run the cost model was fit on (rows marked bad left out,
+    as tools/plan_fit.py reads them)."""
+    import plan_fit
     out = collections.defaultdict(list)
-    for r in json.load(open(PLAN_GRID))["rows"]:
-        if not r.get("bad"):
-            out[r["layer"], r["m"]].append((kinds[r["kind"]](**r["config"]), r))
+    for c, r in plan_fit.load([PLAN_GRID]):
+        out[r["layer"], r["m"]].append((c, r))
     return out
 
 
