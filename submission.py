@@ -479,6 +479,21 @@ __device__ __forceinline__ void load_xbatch(uint4 (&xv)[U][NB], const bf16* cons
     for (int nb = 0; nb < NB; nb++) xv[u][nb] = ld_x(xr[nb] + (i + u) * KS + off);
 }
 
+// Split-K over the S CTAs of a row group and their NW warps, in whole units (gemvz: UG 64-wide groups, gemv: U
+// 32-wide blocks), for any S: warp q = sidx NW + w of the Q = S NW warps takes units [q T / Q, (q + 1) T / Q) of the
+// row's T units, so the warps' shares (and the CTAs') differ by at most one unit, and CTA sidx's slice is the
+// contiguous [sidx T / S, (sidx + 1) T / S). Where Q divides T this is the even split of sessions 1-19. S is then free
+// to fill the SMs (qkv_gate's 72 row groups x S = 11 -> 792 CTAs, 6 an SM) instead of dividing K. Needs T >= Q (every
+// warp streams at least one unit: the first batch is loaded before the loop, and gemvz's streaming warps all arrive
+// on its named barrier in their first trip). Returns {first unit, units}. Lab: labs/labkit.py split_units.
+__device__ __forceinline__ int2 split_units(int T, int S, int NW, int sidx, int w) {
+  const long long Q = (long long)S * NW, q = (long long)sidx * NW + w;
+  const int u0 = (int)(q * T / Q);
+  return make_int2(u0, (int)((q + 1) * T / Q) - u0);
+}
+// CTA sidx's first unit: [cta_unit(sidx), cta_unit(sidx + 1)) is the union of its warps' shares.
+__device__ __forceinline__ int cta_unit(int T, int S, int sidx) { return (int)((long long)sidx * T / S); }
+
 // Sum the NW streaming warps' partials parked in red[NW][P] (after the barrier): thread tid < NT takes
 // positions p = tid + j * NT, in the fixed warp order 0..NW-1.
 template <int NW, int P, int NT, int J>
@@ -714,9 +729,10 @@ __device__ __forceinline__ void load_wbatch(uint4 (&a)[NH][U][R][2], const uint4
 // Contract: x bf16 [M, K] row-major, 16-byte aligned; w (and w2, the router's lo half) bf16 [N, K]
 // repacked by pack_plain into fragment order: [N/16][K/32][2 steps][32 lanes][8 bf16]; out [M, N],
 // bf16, or fp32 when DUAL; ws >= N/(16R) * S * R*NB*32 float4; sem >= N/(16R) ints, zero between calls.
-// Requires N % (16R) == 0, K/32 % (S*NW*U) == 0, M <= NB*8.
+// Requires N % (16R) == 0, K/32 % U == 0, K/32 / U >= S*NW (any S: split_units), M <= NB*8.
 //
-//   grid (N/(16R), S): CTA (rg, sidx) = row blocks rg*R .. rg*R+R-1 x K blocks [sidx*KB/S, (sidx+1)*KB/S);
+//   grid (N/(16R), S): CTA (rg, sidx) = row blocks rg*R .. rg*R+R-1 x its K slice (split_units: units of U
+//   blocks, [sidx T / S, (sidx + 1) T / S) of the T = KB / U, so S need not divide K);
 //   cl = 1: clusters (1, S), split-K reduced in the leader's shared memory (cluster_combine), ws/sem unused
 //   CTA: NW warps; warp w streams K blocks kb0 + [0, KBW) of the slice for all R row blocks, U per trip
 //   lane (g = lane>>2, t = lane&3): A fragment = rows g, g+8 of a block; B = x[token 8nb+g][8t..8t+7]
@@ -752,8 +768,9 @@ gemv_kernel(const __grid_constant__ GemvArgs args) {
   cluster_start<P>(cl, S);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int rg = blockIdx.x, sidx = blockIdx.y;
-  const int KB = K / 32, KBS = KB / S, KBW = KBS / NW;
-  const int kb0 = sidx * KBS + warp * KBW;
+  const int KB = K / 32;
+  const int2 share = split_units(KB / U, S, NW, sidx, warp);  // units of U blocks, any S (split_units)
+  const int kb0 = share.x * U, KBW = share.y * U;
   const size_t rstride = (size_t)KB * 64;
   const size_t woff = ((size_t)rg * R * KB + kb0) * 64 + lane;
   const uint4* wp = w + woff;
@@ -937,7 +954,7 @@ __device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)
 // Contract: x as gemv_kernel; w = pack_z's stream: [N/16][K/64][A0 32 units | A1 32 units | C 32 units]
 // of 16 B; zbase uint8 [N], each row's window; the side table in CSR: row r's exceptions are
 // esc[eptr[r] .. eptr[r+1]) = int2 {k, fp32 bits of the correction}, k ascending; out bf16 [M, N].
-// Requires N % (16R) == 0, K/64 % (S*NW*UG) == 0.
+// Requires N % (16R) == 0, K/64 % UG == 0, K/64 / UG >= S*NW (any S: split_units).
 //
 //   warps 0..NW-1 stream: per 64-wide group and row block, a lane loads A0, A1, C (48 B) and decodes 4
 //     fragments with its rows' window word B (zrow_word, read before the wait): f0 = decz(A0.x, A0.y, C.x),
@@ -983,14 +1000,14 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
   cluster_start<P>(cl, S);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int rg = blockIdx.x, sidx = blockIdx.y;
-  const int KG = K / 64, KGS = KG / S, KGW = KGS / NW;
+  const int KG = K / 64, T = KG / UG;  // T units of UG groups a row, split over S x NW warps (split_units)
   __shared__ float4 red[NW][P];
   __shared__ float ecorr[R * 16][NB * 8 + 1];  // +1: the 16 rows of a block land in 16 different banks
   TR_EXC_DECL
 
   if (warp == NW) {
     const int rl = lane & 15, p = lane >> 4;
-    const int klo = sidx * KGS * 64, khi = klo + KGS * 64;
+    const int klo = cta_unit(T, S, sidx) * UG * 64, khi = cta_unit(T, S, sidx + 1) * UG * 64;
     int beg[R], end[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
@@ -1082,7 +1099,8 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
     }
     TR_EXC_END
   } else {
-    const int g0 = sidx * KGS + warp * KGW;
+    const int2 share = split_units(T, S, NW, sidx, warp);
+    const int g0 = share.x * UG, KGW = share.y * UG;
     const size_t rstride = (size_t)KG * 96;
     const uint4* wp = w + ((size_t)rg * R * KG + g0) * 96 + lane;
     if (pf && lane == 0) {
@@ -2399,8 +2417,9 @@ def gemv_misfit(cfg, N, K, m, dual=False):
         return f"pipe={cfg.pipe}: gemv_kernel's loops are PIPE 0..5 (the TMA ring is a GemvtConfig)"
     if N % (16 * cfg.r) or K % 32:
         return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 32"
-    if KB % (cfg.s * cfg.nw * cfg.u):
-        return f"K/32={KB} not divisible by S*NW*U={cfg.s * cfg.nw * cfg.u}"
+    if KB % cfg.u or KB // cfg.u < cfg.s * cfg.nw or cfg.s < 1:
+        return (f"K/32={KB} not a multiple of U={cfg.u}, or fewer than S*NW={cfg.s * cfg.nw} units of U blocks (every "
+                f"warp streams at least one; S need not divide K: split_units)")
     return _split_misfit(cfg, smem_bytes(cfg.nw, nb, cfg.r, False, cfg.s, cfg.cl))
 
 
@@ -2428,8 +2447,9 @@ def gemvz_misfit(cfg, N, K, m):
         return f"pipe={cfg.pipe}: gemvz_kernel's loops are PIPE 0..5"
     if N % (16 * cfg.r) or K % 64:
         return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 64"
-    if KG % (cfg.s * cfg.nw * cfg.ug):
-        return f"K/64={KG} not divisible by S*NW*UG={cfg.s * cfg.nw * cfg.ug}"
+    if KG % cfg.ug or KG // cfg.ug < cfg.s * cfg.nw or cfg.s < 1:
+        return (f"K/64={KG} not a multiple of UG={cfg.ug}, or fewer than S*NW={cfg.s * cfg.nw} units of UG groups "
+                f"(every warp streams at least one; S need not divide K: split_units)")
     return _split_misfit(cfg, smem_bytes(cfg.nw, nb, cfg.r, True, cfg.s, cfg.cl))
 
 
@@ -2568,11 +2588,22 @@ def plan_cost(model, fam, cfg, N, K, m):
     return model.t0 + max(B / fam.bw, busiest) + split
 
 
-def plan_splits(base, N, K, m, dual=False, max_s=PLAN_MAX_S):
-    """{S: config} of base at every S up to max_s that fits [N, K] at m: cl = 2 (the cluster reduction) where it fits,
-    else the ticket."""
+def even_split(cfg, K):
+    """Whether cfg's S x NW warps share the K units equally (the only splits sessions 1-19 could run; split_units in
+    csrc/common.cuh takes any S since session 20). gemvt's split was uneven from the start: True."""
+    if isinstance(cfg, GemvtConfig):
+        return True
+    units = K // 64 // cfg.ug if isinstance(cfg, GemvzConfig) else K // 32 // cfg.u
+    return units % (cfg.s * cfg.nw) == 0
+
+
+def plan_splits(base, N, K, m, dual=False, max_s=PLAN_MAX_S, even=False):
+    """{S: config} of base at every S up to max_s that fits [N, K] at m (with even, only the S whose warps share K
+    equally): cl = 2 (the cluster reduction) where it fits, else the ticket."""
     out = {}
     for v in range(1, max_s + 1):
+        if even and not even_split(base._replace(s=v), K):
+            continue
         c = next((c for c in (base._replace(s=v, cl=cl) for cl in ((2, 0) if v > 1 else (0,)))
                   if not config_misfit(c, N, K, m, dual)), None)
         if c is not None:
@@ -2580,17 +2611,17 @@ def plan_splits(base, N, K, m, dual=False, max_s=PLAN_MAX_S):
     return out
 
 
-def plan_candidates(N, K, m, path):
+def plan_candidates(N, K, m, path, max_s=PLAN_MAX_S, max_ctas=PLAN_SPLIT_CTAS):
     """[(model, family, config)] the cost model prices for an [N, K] layer at m on path: each family of the class for
-    (path, m) at every S that fits, S > 1 only within the fit's domain (PLAN_MAX_S, PLAN_SPLIT_CTAS). tools/plan_grid.py
-    times exactly these."""
+    (path, m) at every S that fits, S > 1 only within the fit's domain (max_s, max_ctas: PLAN_MAX_S, PLAN_SPLIT_CTAS;
+    tools/plan_grid.py can widen them to collect data). tools/plan_grid.py times exactly these."""
     out = []
     for model in PLAN_MODELS:
         if model.path != path or model.nb != nb_of(m):
             continue
         for fam in model.families:
-            cap = PLAN_SPLIT_CTAS * (2 / 3 if isinstance(fam.config, GemvtConfig) else 1)
-            out += [(model, fam, c) for v, c in plan_splits(fam.config, N, K, m).items()
+            cap = max_ctas * (2 / 3 if isinstance(fam.config, GemvtConfig) else 1)
+            out += [(model, fam, c) for v, c in plan_splits(fam.config, N, K, m, max_s=max_s).items()
                     if v == 1 or plan_grid_ctas(c, N) <= cap]
     return out
 
@@ -2656,7 +2687,7 @@ def planner_config(N, K, m, path, dual=False):
     for rule in PLANNER:
         if rule.path != path or rule.dual != dual or not planner_serves(rule, m):
             continue
-        fits = plan_splits(rule.config, N, K, m, dual, 64)
+        fits = plan_splits(rule.config, N, K, m, dual, 64, even=True)   # the rules' fit saw even splits only
         if not fits:
             tried.append(f"{kernel_name(rule.config)} {rule.config}: {config_misfit(rule.config, N, K, m, dual)}")
             continue

@@ -24,6 +24,21 @@ __device__ __forceinline__ void load_xbatch(uint4 (&xv)[U][NB], const bf16* cons
     for (int nb = 0; nb < NB; nb++) xv[u][nb] = ld_x(xr[nb] + (i + u) * KS + off);
 }
 
+// Split-K over the S CTAs of a row group and their NW warps, in whole units (gemvz: UG 64-wide groups, gemv: U
+// 32-wide blocks), for any S: warp q = sidx NW + w of the Q = S NW warps takes units [q T / Q, (q + 1) T / Q) of the
+// row's T units, so the warps' shares (and the CTAs') differ by at most one unit, and CTA sidx's slice is the
+// contiguous [sidx T / S, (sidx + 1) T / S). Where Q divides T this is the even split of sessions 1-19. S is then free
+// to fill the SMs (qkv_gate's 72 row groups x S = 11 -> 792 CTAs, 6 an SM) instead of dividing K. Needs T >= Q (every
+// warp streams at least one unit: the first batch is loaded before the loop, and gemvz's streaming warps all arrive
+// on its named barrier in their first trip). Returns {first unit, units}. Lab: labs/labkit.py split_units.
+__device__ __forceinline__ int2 split_units(int T, int S, int NW, int sidx, int w) {
+  const long long Q = (long long)S * NW, q = (long long)sidx * NW + w;
+  const int u0 = (int)(q * T / Q);
+  return make_int2(u0, (int)((q + 1) * T / Q) - u0);
+}
+// CTA sidx's first unit: [cta_unit(sidx), cta_unit(sidx + 1)) is the union of its warps' shares.
+__device__ __forceinline__ int cta_unit(int T, int S, int sidx) { return (int)((long long)sidx * T / S); }
+
 // Sum the NW streaming warps' partials parked in red[NW][P] (after the barrier): thread tid < NT takes
 // positions p = tid + j * NT, in the fixed warp order 0..NW-1.
 template <int NW, int P, int NT, int J>

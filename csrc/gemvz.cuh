@@ -75,7 +75,7 @@ __device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)
 // Contract: x as gemv_kernel; w = pack_z's stream: [N/16][K/64][A0 32 units | A1 32 units | C 32 units]
 // of 16 B; zbase uint8 [N], each row's window; the side table in CSR: row r's exceptions are
 // esc[eptr[r] .. eptr[r+1]) = int2 {k, fp32 bits of the correction}, k ascending; out bf16 [M, N].
-// Requires N % (16R) == 0, K/64 % (S*NW*UG) == 0.
+// Requires N % (16R) == 0, K/64 % UG == 0, K/64 / UG >= S*NW (any S: split_units).
 //
 //   warps 0..NW-1 stream: per 64-wide group and row block, a lane loads A0, A1, C (48 B) and decodes 4
 //     fragments with its rows' window word B (zrow_word, read before the wait): f0 = decz(A0.x, A0.y, C.x),
@@ -121,14 +121,14 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
   cluster_start<P>(cl, S);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int rg = blockIdx.x, sidx = blockIdx.y;
-  const int KG = K / 64, KGS = KG / S, KGW = KGS / NW;
+  const int KG = K / 64, T = KG / UG;  // T units of UG groups a row, split over S x NW warps (split_units)
   __shared__ float4 red[NW][P];
   __shared__ float ecorr[R * 16][NB * 8 + 1];  // +1: the 16 rows of a block land in 16 different banks
   TR_EXC_DECL
 
   if (warp == NW) {
     const int rl = lane & 15, p = lane >> 4;
-    const int klo = sidx * KGS * 64, khi = klo + KGS * 64;
+    const int klo = cta_unit(T, S, sidx) * UG * 64, khi = cta_unit(T, S, sidx + 1) * UG * 64;
     int beg[R], end[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
@@ -220,7 +220,8 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
     }
     TR_EXC_END
   } else {
-    const int g0 = sidx * KGS + warp * KGW;
+    const int2 share = split_units(T, S, NW, sidx, warp);
+    const int g0 = share.x * UG, KGW = share.y * UG;
     const size_t rstride = (size_t)KG * 96;
     const uint4* wp = w + ((size_t)rg * R * KG + g0) * 96 + lane;
     if (pf && lane == 0) {

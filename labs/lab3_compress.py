@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from labkit import check, nb_of
+from labkit import check, cta_units, nb_of, split_units
 
 
 # %% Motivation ------------------------------------------------------------------------------------
@@ -295,9 +295,9 @@ def gemvz_emulate(stream, zbase, eptr, esc, x, N, K, nw, s, ug, corrections=True
     M = x.shape[0]
     NB, NW, S, UG = nb_of(M), nw, s, ug
     KG = K // 64
-    if N % 16 or K % 64 or KG % (S * NW * UG) or NW < NB or M > 32:
+    if N % 16 or K % 64 or KG % UG or KG // UG < S * NW or NW < NB or M > 32:
         raise ValueError(f"config NW={NW} S={S} UG={UG} does not fit N={N}, K={K}, m={M}")
-    KGS, KGW = KG // S, KG // S // NW
+    T = KG // UG                                                         # units of UG groups (split_units)
     EC = exc_chunk(NB)
     words = np.ascontiguousarray(stream).reshape(-1, 16).view("<u4")   # 16-byte units, 4 words each
     xflat = x.reshape(-1)
@@ -308,7 +308,7 @@ def gemvz_emulate(stream, zbase, eptr, esc, x, N, K, nw, s, ug, corrections=True
             red = np.zeros((NW, NB * 32, 4), np.float32)
             ecorr = np.zeros((16, NB * 8), np.float32)
             # warp NW: the exception warp. lane -> row r = lane & 15, tokens p, p+2, ... (p = lane >> 4)
-            klo, khi = sidx * KGS * 64, (sidx + 1) * KGS * 64
+            klo, khi = (c * UG * 64 for c in cta_units(T, S, sidx))
             for lane in range(32):
                 r, p = lane & 15, lane >> 4
                 ea = np.zeros(NB * 4, np.float32)
@@ -330,7 +330,8 @@ def gemvz_emulate(stream, zbase, eptr, esc, x, N, K, nw, s, ug, corrections=True
                     ecorr[r, p + 2 * q] = ea[q]
             # warps 0..NW-1: the streaming warps
             for warp in range(NW):
-                g0 = sidx * KGS + warp * KGW
+                u0, n = split_units(T, S, NW, sidx, warp)              # any S: shares differ by one unit at most
+                g0, KGW = u0 * UG, n * UG
                 wp = (rb * KG + g0) * 96 + LANES
                 B = zrow_word(zbase, rb * 16, _G)                        # before the wait: the rows' windows
                 xr = [np.minimum(nb * 8 + _G, M - 1) * K + g0 * 64 + _T * 8 for nb in range(NB)]

@@ -428,7 +428,7 @@ def test_tune_times_each_finalist_at_every_final_pf_with_and_without_pdl(monkeyp
 
 def test_every_config_the_gpu_tests_force_is_compiled_in():
     from tests import forced_configs
-    for name, m, cfg in forced_configs.CLUSTER_CASES:
+    for name, m, cfg in forced_configs.CLUSTER_CASES + forced_configs.UNEVEN_CASES:
         d = LAYERS[name]
         for c in (cfg, cfg._replace(cl=1)):
             assert S.instance_of(c, m, d["dtype"] == "fp32") in _compiled(), (name, m, c)
@@ -866,3 +866,29 @@ def test_planner_alone_reproduces_the_tuned_family_of_the_scored_shapes(name):
         assert p.path == t.path, (name, m, p, t)
         if dual:
             assert p.config.s == t.config.s, (name, m, p, t)
+
+
+def test_uneven_cases_of_the_gpu_tests_really_split_unevenly():
+    from tests import forced_configs
+    for name, m, cfg in forced_configs.UNEVEN_CASES:
+        assert not S.even_split(cfg, LAYERS[name]["K"]), (name, m, cfg)
+
+
+def test_misfit_takes_any_s_that_leaves_every_warp_a_unit():
+    z = S.GemvzConfig(nw=4, s=11, ug=1, r=2, pipe=0, pf=0)
+    assert S.config_misfit(z, 2304, 8192, 1) is None                       # 128 groups over 44 warps
+    assert "S*NW=132" in S.config_misfit(z._replace(s=33), 2304, 8192, 1)   # 132 warps > 128 groups
+    assert "UG=2" in S.config_misfit(z._replace(ug=2), 2304, 64 * 129, 1)   # 129 groups: not whole units of 2
+    c = S.GemvConfig(nw=16, s=8, u=2, r=2, pipe=3, pf=0)
+    assert S.config_misfit(c, 256, 8192, 1, True) is None and S.even_split(c, 8192)
+    assert S.config_misfit(c._replace(s=9), 256, 8192, 1, True) is not None      # 144 warps > 128 units
+    assert S.config_misfit(c._replace(s=5), 256, 8192, 1, True) is None and not S.even_split(c._replace(s=5), 8192)
+
+
+def test_planner_rules_keep_even_splits():
+    # the PLANNER rules (plain bf16 m <= 16, DUAL) were fit on even splits: they pick among those only
+    for N, K, m, path, dual in ((4096, 8192, 1, "plain", False), (6144, 5120, 16, "plain", False),
+                                (256, 8192, 1, "plain", True), (512, 3072, 32, "plain", True)):
+        c, why = S.planner_config.__wrapped__(N, K, m, path, dual)
+        if c is not None and isinstance(c, S.GemvConfig):
+            assert S.even_split(c, K), (N, K, m, c, why)

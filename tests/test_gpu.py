@@ -249,6 +249,48 @@ def test_cluster_split_k_gives_the_ticket_bits(prepared, suite, name, m, cfg, cl
     suite.probes(L, w, m, 6, what)
 
 
+@pytest.mark.parametrize("cl", (0, 2))
+@pytest.mark.parametrize("name,m,cfg", forced_configs.UNEVEN_CASES)
+def test_uneven_split_k_is_accurate_exact_and_graph_safe(prepared, suite, name, m, cfg, cl):
+    """S that does not divide the K units (split_units): accurate against float64, probes exact (exception columns
+    too), deterministic, graph-safe under PDL; the cluster gives the ticket's bits."""
+    w = _layer_weight(name, 37)
+    L = S.prepare(name, w, path="compressed" if isinstance(cfg, S.GemvzConfig) else None)
+    assert not S.even_split(cfg, L.K)
+    x = judge.fresh_x(m, L.K, 43, DEV)
+    L.set_config(m, cfg._replace(cl=0))
+    ticket = suite.call(x, L).clone()
+    L.set_config(m, cfg._replace(cl=cl))
+    assert L.plan(m).config == cfg._replace(cl=cl)
+    assert torch.equal(suite.call(x, L), ticket)
+    what = f"{name} S={cfg.s} cl={cl}"
+    suite.accuracy(L, w, m, 3, what)
+    suite.determinism(L, m, 4, what)
+    suite.graph_replay(L, m, 5, what)
+    suite.probes(L, w, m, 6, what)
+
+
+def test_uneven_split_k_exceptions_at_the_slice_edges_are_exact(suite):
+    """Out-of-window weights on both sides of every CTA's slice edge of an uneven split (qkv_gate's 128 groups over
+    S = 11: slices of 11 and 12 groups): each one-hot probe returns the weight column bit for bit."""
+    N, K = 64, 8192
+    w = judge.trained_like(N, K, 5, DEV, torch.bfloat16)
+    cfg = forced_configs.UNEVEN_CASES[2][2]
+    edges = [(s * (K // 64) // cfg.s) * 64 for s in range(1, cfg.s)]
+    cols = sorted({e + d for e in edges for d in (-1, 0)})
+    w[3, cols] = torch.tensor([48.0, -96.0] * (len(cols) // 2), dtype=torch.bfloat16, device=DEV)
+    L = S.prepare("edges", w, path="compressed")
+    assert set(cols) <= set(L.exception_columns()), L.describe()
+    for m in (1, 8):
+        L.set_config(m, cfg)
+        for k in cols:
+            x = torch.zeros(m, K, dtype=torch.bfloat16, device=DEV)
+            x[:, k] = 1.0
+            out = suite.call(x, L)
+            for i in range(m):
+                judge.check_probe(out[i], w[:, k], False, f"edge column {k} m={m}")
+
+
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_triton_path_meets_spec_on_every_scored_m(suite, name):
     """prepare(path='triton'): the Triton GEMV (TTABLE configs, else its default rule) on every scored m."""

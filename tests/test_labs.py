@@ -53,7 +53,7 @@ def _u16(t):
 def test_lab0_checks_every_table_row_and_the_router_exercise():
     out = _run_lab("lab0_configs.py")
     _, rows = _tables()
-    assert f"verified: all {len(rows)} table rows divide evenly" in out
+    assert f"verified: all {len(rows)} table rows fit" in out
     assert "verified: router (N=256) at m=1 with S=4: grid 16 x 4 = 64 CTAs" in out
     assert "verified: a bad row is caught" in out
     assert "lab0: all checks passed" in out
@@ -299,13 +299,13 @@ def test_lab0_exits_1_naming_a_bad_row(tmp_path, monkeypatch, capsys):
         (tmp_path / n).write_text((REPO / "tables" / n).read_text())
     ct = json.loads((tmp_path / "ctable.json").read_text())
     row = next(r for r in ct["rows"] if r["layer"] == "router" and r["m"] == 1)
-    row["config"]["s"] = 3                              # K/32 = 256 is not divisible by 3 * NW * U
+    row["config"]["s"] = 64                             # 64 x 16 warps > the 128 units of U = 2 blocks
     (tmp_path / "ctable.json").write_text(json.dumps(ct))
     monkeypatch.setattr(lab0, "TABLES", tmp_path)
     with pytest.raises(SystemExit) as e:
         lab0.main()
     assert e.value.code == 1
-    assert "MISMATCH: plain row ('router', m=1): K/32=256 not divisible by S*NW*U" in capsys.readouterr().out
+    assert "MISMATCH: plain row ('router', m=1): K/32=256 not a multiple of U=2, or fewer units" in capsys.readouterr().out
 
 
 def test_check_row_accepts_every_table_row():
@@ -315,12 +315,14 @@ def test_check_row_accepts_every_table_row():
         assert lab0.check_row(kind, layers[r["layer"]], r["m"], r["config"]) == [], (kind, r["layer"], r["m"])
 
 
-def test_check_row_flags_s_that_does_not_divide():
+def test_check_row_flags_s_that_leaves_warps_without_units_and_takes_s_that_does_not_divide():
     layers, _ = _tables()
-    probs = lab0.check_row("plain", layers["router"], 1, dict(nw=8, s=3, u=2, pipe=1))
-    assert probs and "router" in probs[0] and "S*NW*U" in probs[0]
-    probs = lab0.check_row("compressed", layers["pooler"], 1, dict(nw=16, s=3, ug=1, pipe=1))
-    assert probs and "S*NW*UG" in probs[0]
+    probs = lab0.check_row("plain", layers["router"], 1, dict(nw=8, s=17, u=2, pipe=1))
+    assert probs and "router" in probs[0] and "S*NW=17*8" in probs[0]
+    probs = lab0.check_row("compressed", layers["pooler"], 1, dict(nw=16, s=9, ug=1, pipe=1))
+    assert probs and "S*NW=9*16" in probs[0]
+    assert lab0.check_row("plain", layers["router"], 1, dict(nw=8, s=3, u=2, pipe=1)) == []         # split_units
+    assert lab0.check_row("compressed", layers["pooler"], 1, dict(nw=16, s=3, ug=1, pipe=1)) == []
 
 
 def test_check_row_flags_row_groups_that_do_not_divide_n_and_smem_overflow():
@@ -443,3 +445,59 @@ def test_exception_walk_in_chunks_across_split_k_slices():
         y = lab3.gemvz_emulate(z["stream"], z["zbase"], z["eptr"], z["esc"], x, N, K, nw, s, ug)
         ref = x.astype(np.float64) @ Wf.T
         assert np.max(np.abs(y - ref) / (np.abs(x) @ np.abs(Wf).T)) < 1e-5
+
+
+# ---- uneven split-K (split_units): S need not divide K -------------------------------------------------
+def test_split_units_tiles_the_row_and_is_the_even_split_where_it_divides():
+    from labkit import cta_units, split_units
+    for T in range(1, 80):
+        for S in range(1, 13):
+            for NW in (1, 2, 4, 8, 16):
+                if T < S * NW:
+                    continue
+                shares = [split_units(T, S, NW, s, w) for s in range(S) for w in range(NW)]
+                assert shares[0][0] == 0 and sum(n for _, n in shares) == T
+                assert all(a + n == b for (a, n), (b, _) in zip(shares, shares[1:]))        # contiguous, in order
+                assert max(n for _, n in shares) - min(n for _, n in shares) <= 1 and min(n for _, n in shares) >= 1
+                for s in range(S):                                                          # a CTA: its warps' union
+                    lo, hi = cta_units(T, S, s)
+                    assert lo == shares[s * NW][0] and hi == shares[s * NW + NW - 1][0] + shares[s * NW + NW - 1][1]
+                if T % (S * NW) == 0:
+                    assert shares == [((s * NW + w) * (T // (S * NW)), T // (S * NW)) for s in range(S) for w in range(NW)]
+
+
+def test_gemv_emulate_uneven_split_is_exact_on_integer_weights():
+    rng = np.random.default_rng(31)
+    N, K = 32, 32 * 22                                 # 22 blocks: S = 3 x NW = 2 leaves shares of 3 and 4 blocks
+    W = lab2.f64_to_bf16(rng.integers(-4, 5, (N, K)))
+    Wl = lab2.f64_to_bf16(rng.integers(-2, 3, (N, K)))
+    x = lab2.f64_to_bf16(rng.integers(-3, 4, (12, K)))
+    ref = lab2.bf16_to_f64(x) @ lab2.bf16_to_f64(W).T
+    for nw, s, u, r in ((2, 3, 1, 1), (4, 5, 1, 2), (2, 7, 1, 1), (2, 2, 2, 1)):
+        y = lab2.gemv_emulate(_u16(submission.pack_plain(_bf16(W))), x, N, K, nw=nw, s=s, u=u, r=r)
+        assert np.array_equal(y, ref), (nw, s, u, r)
+    y = lab2.gemv_emulate(_u16(submission.pack_plain(_bf16(W))), x[:1], N, K, nw=2, s=5, u=1,
+                          packed_lo=_u16(submission.pack_plain(_bf16(Wl))))
+    assert np.array_equal(y, lab2.bf16_to_f64(x[:1]) @ (lab2.bf16_to_f64(W) + lab2.bf16_to_f64(Wl)).T)
+
+
+def test_gemvz_emulate_uneven_split_keeps_every_exception_once():
+    # S = 3 over 22 groups: slices of 7 / 7 / 8 groups; exceptions on both sides of each slice edge
+    N, K = 32, 64 * 22
+    W = lab3.trained_like_np(N, K, seed=17)
+    edges = [7 * 64, 14 * 64]
+    cols = sorted({e + d for e in edges for d in (-1, 0, 1)} | {3, K - 2})
+    W[4, cols] = np.resize(np.array([0x4240, 0xC2C0, 0x4340], np.uint16), len(cols))
+    z = lab3.pack_z_np(W)
+    assert set(cols) <= set(z["exc_cols"])
+    Wf = lab3.f32_of_bf16(W).astype(np.float64)
+    for m, nw, s, ug in ((1, 2, 3, 1), (9, 2, 5, 1), (32, 4, 3, 1), (4, 2, 3, 2)):
+        x = np.zeros((m, K))
+        for i in range(m):
+            x[i, cols[i % len(cols)]] = 1.0
+        y = lab3.gemvz_emulate(z["stream"], z["zbase"], z["eptr"], z["esc"], x, N, K, nw, s, ug)
+        assert np.array_equal(lab3.bf16_rne(y.astype(np.float32)), W[:, [cols[i % len(cols)] for i in range(m)]].T)
+        x = lab3.f32_of_bf16(lab3.bf16_rne(np.random.default_rng(m).standard_normal((m, K)).astype(np.float32)))
+        y = lab3.gemvz_emulate(z["stream"], z["zbase"], z["eptr"], z["esc"], x, N, K, nw, s, ug)
+        ref = x.astype(np.float64) @ Wf.T
+        assert np.max(np.abs(y - ref) / (np.abs(x) @ np.abs(Wf).T)) < 1e-5, (m, nw, s, ug)
