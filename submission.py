@@ -2534,18 +2534,18 @@ PLAN_MAX_S = 8           # splits priced: the fit saw S <= 8
 PLAN_SPLIT_CTAS = 396    # a split (S > 1) is priced while its grid has at most this many CTAs (gemvt: two thirds):
                          # the fit's domain (three waves of one CTA an SM)
 PLAN_MODELS = (
-    PlanModel('compressed', nb=1, t0=0.000, cl0=0.000, cl1=1.332, tk0=8.589, tk1=0.000, families=(
-        PlanFamily(GemvzConfig(nw=16, s=1, ug=1, r=2, pipe=4, pf=0), occ=1, r=34.72, R=223.94, bw=5616),
-        PlanFamily(GemvzConfig(nw=4, s=1, ug=1, r=1, pipe=2, pf=0), occ=5, r=10.22, R=23.77, bw=3008),
-        PlanFamily(GemvzConfig(nw=4, s=1, ug=1, r=2, pipe=0, pf=0), occ=5, r=14.04, R=401.84, bw=4043),
-        PlanFamily(GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=0, pf=0), occ=3, r=21.23, R=82.32, bw=4804),
-        PlanFamily(GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=4, pf=0), occ=2, r=27.43, R=41.24, bw=6416),
+    PlanModel('compressed', nb=1, t0=0.000, cl0=0.000, cl1=1.498, tk0=11.542, tk1=0.000, families=(
+        PlanFamily(GemvzConfig(nw=16, s=1, ug=1, r=2, pipe=4, pf=0), occ=1, r=40.67, R=66.27, bw=5206),
+        PlanFamily(GemvzConfig(nw=4, s=1, ug=1, r=1, pipe=2, pf=0), occ=5, r=11.13, R=27.40, bw=3348),
+        PlanFamily(GemvzConfig(nw=4, s=1, ug=1, r=2, pipe=0, pf=0), occ=5, r=14.00, R=711.82, bw=4436),
+        PlanFamily(GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=0, pf=0), occ=3, r=19.93, R=66.96, bw=6498),
+        PlanFamily(GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=4, pf=0), occ=2, r=24.54, R=48.34, bw=6187),
     )),
-    PlanModel('compressed', nb=2, t0=0.000, cl0=0.000, cl1=1.709, tk0=0.470, tk1=0.108, families=(
-        PlanFamily(GemvzConfig(nw=4, s=1, ug=1, r=1, pipe=2, pf=0), occ=3, r=8.92, R=99.64, bw=3966),
-        PlanFamily(GemvzConfig(nw=4, s=1, ug=1, r=2, pipe=4, pf=0), occ=3, r=13.98, R=57.24, bw=4637),
-        PlanFamily(GemvzConfig(nw=4, s=1, ug=2, r=2, pipe=2, pf=0), occ=2, r=16.95, R=39.40, bw=4623),
-        PlanFamily(GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=4, pf=0), occ=1, r=28.29, R=153.66, bw=4766),
+    PlanModel('compressed', nb=2, t0=0.000, cl0=0.000, cl1=2.131, tk0=0.556, tk1=0.112, families=(
+        PlanFamily(GemvzConfig(nw=4, s=1, ug=1, r=1, pipe=2, pf=0), occ=3, r=7.85, R=96.76, bw=4495),
+        PlanFamily(GemvzConfig(nw=4, s=1, ug=1, r=2, pipe=4, pf=0), occ=3, r=14.66, R=78.23, bw=4616),
+        PlanFamily(GemvzConfig(nw=4, s=1, ug=2, r=2, pipe=2, pf=0), occ=2, r=18.01, R=61.98, bw=4611),
+        PlanFamily(GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=4, pf=0), occ=1, r=27.91, R=154.00, bw=6641),
     )),
     PlanModel('plain', nb=4, t0=0.000, cl0=0.000, cl1=1.790, tk0=8.427, tk1=0.556, families=(
         PlanFamily(GemvtConfig(nw=4, s=1, st=4, ka=2), occ=2, r=33.83, R=53.25, bw=6656),
