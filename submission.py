@@ -479,20 +479,45 @@ __device__ __forceinline__ void load_xbatch(uint4 (&xv)[U][NB], const bf16* cons
     for (int nb = 0; nb < NB; nb++) xv[u][nb] = ld_x(xr[nb] + (i + u) * KS + off);
 }
 
-// Split-K over the S CTAs of a row group and their NW warps, in whole units (gemvz: UG 64-wide groups, gemv: U
-// 32-wide blocks), for any S: warp q = sidx NW + w of the Q = S NW warps takes units [q T / Q, (q + 1) T / Q) of the
-// row's T units, so the warps' shares (and the CTAs') differ by at most one unit, and CTA sidx's slice is the
-// contiguous [sidx T / S, (sidx + 1) T / S). Where Q divides T this is the even split of sessions 1-19. S is then free
-// to fill the SMs (qkv_gate's 72 row groups x S = 11 -> 792 CTAs, 6 an SM) instead of dividing K. Needs T >= Q (every
-// warp streams at least one unit: the first batch is loaded before the loop, and gemvz's streaming warps all arrive
-// on its named barrier in their first trip). Returns {first unit, units}. Lab: labs/labkit.py split_units.
-__device__ __forceinline__ int2 split_units(int T, int S, int NW, int sidx, int w) {
+// Split-K over the S CTAs of a row group and their NW warps, in whole units of UNIT K blocks (gemvz: UG 64-wide
+// groups, gemv: U 32-wide blocks), for any S: warp q = sidx NW + w of the Q = S NW warps takes units
+// [q T / Q, (q + 1) T / Q) of the row's T = KB / UNIT units, so the warps' shares (and the CTAs') differ by at most one unit, and
+// CTA sidx's slice is the contiguous [sidx T / S, (sidx + 1) T / S). Where Q divides T this is the even split of
+// sessions 1-19. S is then free to fill the SMs instead of dividing K. Needs T >= Q (every warp streams at least one
+// unit: the first batch is loaded before the loop, and gemvz's streaming warps all arrive on its named barrier in
+// their first trip). Returns {first block, blocks}, in K blocks. 32-bit unsigned arithmetic: (q + 1) T <= S NW T <
+// 2^32 for any layer. The empty asm keeps the compiler from learning that the share is a multiple of UNIT: knowing
+// it, the U = 2 / UG = 2 configs compiled to other loops and ran up to 28% slower (o_proj m=1 Z(8,2,1,2,3): 8.19
+// against 6.42 us; session 20, FINDINGS 23). Lab: labs/labkit.py split_units.
+template <int UNIT>
+__device__ __forceinline__ int2 split_units(int KB, int S, int NW, int sidx, int w) {
+  const int T = KB / UNIT;
+#if defined(MUSE_EVEN_SPLIT)   // A/B only (session 20): sessions 1-19's even split, as they computed it
+  const int KBS = KB / S, KBW = KBS / NW;
+  return make_int2(sidx * KBS + w * KBW, KBW);
+#elif defined(MUSE_SPLIT64)    // A/B only (session 20): 64-bit division, no asm (commit 26c5267)
   const long long Q = (long long)S * NW, q = (long long)sidx * NW + w;
   const int u0 = (int)(q * T / Q);
-  return make_int2(u0, (int)((q + 1) * T / Q) - u0);
+  return make_int2(u0 * UNIT, ((int)((q + 1) * T / Q) - u0) * UNIT);
+#else
+  const unsigned Q = (unsigned)(S * NW), q = (unsigned)(sidx * NW + w);
+  const int u0 = (int)(q * (unsigned)T / Q), u1 = (int)((q + 1) * (unsigned)T / Q);
+  int b0 = u0 * UNIT, nb = (u1 - u0) * UNIT;
+  asm("" : "+r"(b0), "+r"(nb));
+  return make_int2(b0, nb);
+#endif
 }
-// CTA sidx's first unit: [cta_unit(sidx), cta_unit(sidx + 1)) is the union of its warps' shares.
-__device__ __forceinline__ int cta_unit(int T, int S, int sidx) { return (int)((long long)sidx * T / S); }
+// CTA sidx's slice {first block, end block}, in K blocks: the union of its warps' split_units shares.
+template <int UNIT>
+__device__ __forceinline__ int2 cta_slice(int KB, int S, int sidx) {
+  const int T = KB / UNIT;
+#if defined(MUSE_EVEN_SPLIT)
+  const int KBS = KB / S;
+  return make_int2(sidx * KBS, sidx * KBS + KBS);
+#else
+  return make_int2((int)((unsigned)(sidx * T) / (unsigned)S) * UNIT, (int)((unsigned)((sidx + 1) * T) / (unsigned)S) * UNIT);
+#endif
+}
 
 // Sum the NW streaming warps' partials parked in red[NW][P] (after the barrier): thread tid < NT takes
 // positions p = tid + j * NT, in the fixed warp order 0..NW-1.
@@ -769,8 +794,8 @@ gemv_kernel(const __grid_constant__ GemvArgs args) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int rg = blockIdx.x, sidx = blockIdx.y;
   const int KB = K / 32;
-  const int2 share = split_units(KB / U, S, NW, sidx, warp);  // units of U blocks, any S (split_units)
-  const int kb0 = share.x * U, KBW = share.y * U;
+  const int2 share = split_units<U>(KB, S, NW, sidx, warp);  // units of U blocks, any S (split_units)
+  const int kb0 = share.x, KBW = share.y;
   const size_t rstride = (size_t)KB * 64;
   const size_t woff = ((size_t)rg * R * KB + kb0) * 64 + lane;
   const uint4* wp = w + woff;
@@ -1000,14 +1025,15 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
   cluster_start<P>(cl, S);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int rg = blockIdx.x, sidx = blockIdx.y;
-  const int KG = K / 64, T = KG / UG;  // T units of UG groups a row, split over S x NW warps (split_units)
+  const int KG = K / 64;  // units of UG groups, split over S x NW warps (split_units)
   __shared__ float4 red[NW][P];
   __shared__ float ecorr[R * 16][NB * 8 + 1];  // +1: the 16 rows of a block land in 16 different banks
   TR_EXC_DECL
 
   if (warp == NW) {
     const int rl = lane & 15, p = lane >> 4;
-    const int klo = cta_unit(T, S, sidx) * UG * 64, khi = cta_unit(T, S, sidx + 1) * UG * 64;
+    const int2 slice = cta_slice<UG>(KG, S, sidx);
+    const int klo = slice.x * 64, khi = slice.y * 64;
     int beg[R], end[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
@@ -1099,8 +1125,8 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
     }
     TR_EXC_END
   } else {
-    const int2 share = split_units(T, S, NW, sidx, warp);
-    const int g0 = share.x * UG, KGW = share.y * UG;
+    const int2 share = split_units<UG>(KG, S, NW, sidx, warp);
+    const int g0 = share.x, KGW = share.y;
     const size_t rstride = (size_t)KG * 96;
     const uint4* wp = w + ((size_t)rg * R * KG + g0) * 96 + lane;
     if (pf && lane == 0) {

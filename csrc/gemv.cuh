@@ -66,8 +66,8 @@ gemv_kernel(const __grid_constant__ GemvArgs args) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int rg = blockIdx.x, sidx = blockIdx.y;
   const int KB = K / 32;
-  const int2 share = split_units(KB / U, S, NW, sidx, warp);  // units of U blocks, any S (split_units)
-  const int kb0 = share.x * U, KBW = share.y * U;
+  const int2 share = split_units<U>(KB, S, NW, sidx, warp);  // units of U blocks, any S (split_units)
+  const int kb0 = share.x, KBW = share.y;
   const size_t rstride = (size_t)KB * 64;
   const size_t woff = ((size_t)rg * R * KB + kb0) * 64 + lane;
   const uint4* wp = w + woff;

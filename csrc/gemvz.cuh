@@ -121,14 +121,15 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
   cluster_start<P>(cl, S);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int rg = blockIdx.x, sidx = blockIdx.y;
-  const int KG = K / 64, T = KG / UG;  // T units of UG groups a row, split over S x NW warps (split_units)
+  const int KG = K / 64;  // units of UG groups, split over S x NW warps (split_units)
   __shared__ float4 red[NW][P];
   __shared__ float ecorr[R * 16][NB * 8 + 1];  // +1: the 16 rows of a block land in 16 different banks
   TR_EXC_DECL
 
   if (warp == NW) {
     const int rl = lane & 15, p = lane >> 4;
-    const int klo = cta_unit(T, S, sidx) * UG * 64, khi = cta_unit(T, S, sidx + 1) * UG * 64;
+    const int2 slice = cta_slice<UG>(KG, S, sidx);
+    const int klo = slice.x * 64, khi = slice.y * 64;
     int beg[R], end[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
@@ -220,8 +221,8 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
     }
     TR_EXC_END
   } else {
-    const int2 share = split_units(T, S, NW, sidx, warp);
-    const int g0 = share.x * UG, KGW = share.y * UG;
+    const int2 share = split_units<UG>(KG, S, NW, sidx, warp);
+    const int g0 = share.x, KGW = share.y;
     const size_t rstride = (size_t)KG * 96;
     const uint4* wp = w + ((size_t)rg * R * KG + g0) * 96 + lane;
     if (pf && lane == 0) {
