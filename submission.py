@@ -479,44 +479,29 @@ __device__ __forceinline__ void load_xbatch(uint4 (&xv)[U][NB], const bf16* cons
     for (int nb = 0; nb < NB; nb++) xv[u][nb] = ld_x(xr[nb] + (i + u) * KS + off);
 }
 
-// Split-K over the S CTAs of a row group and their NW warps, in whole units of UNIT K blocks (gemvz: UG 64-wide
-// groups, gemv: U 32-wide blocks), for any S: warp q = sidx NW + w of the Q = S NW warps takes units
-// [q T / Q, (q + 1) T / Q) of the row's T = KB / UNIT units, so the warps' shares (and the CTAs') differ by at most one unit, and
-// CTA sidx's slice is the contiguous [sidx T / S, (sidx + 1) T / S). Where Q divides T this is the even split of
-// sessions 1-19. S is then free to fill the SMs instead of dividing K. Needs T >= Q (every warp streams at least one
-// unit: the first batch is loaded before the loop, and gemvz's streaming warps all arrive on its named barrier in
-// their first trip). Returns {first block, blocks}, in K blocks. 32-bit unsigned arithmetic: (q + 1) T <= S NW T <
-// 2^32 for any layer. The empty asm keeps the compiler from learning that the share is a multiple of UNIT: knowing
-// it, the U = 2 / UG = 2 configs compiled to other loops and ran up to 28% slower (o_proj m=1 Z(8,2,1,2,3): 8.19
-// against 6.42 us; session 20, FINDINGS 23). Lab: labs/labkit.py split_units.
-template <int UNIT>
-__device__ __forceinline__ int2 split_units(int KB, int S, int NW, int sidx, int w) {
-  const int T = KB / UNIT;
-#if defined(MUSE_EVEN_SPLIT)   // A/B only (session 20): sessions 1-19's even split, as they computed it
-  const int KBS = KB / S, KBW = KBS / NW;
-  return make_int2(sidx * KBS + w * KBW, KBW);
-#elif defined(MUSE_SPLIT64)    // A/B only (session 20): 64-bit division, no asm (commit 26c5267)
-  const long long Q = (long long)S * NW, q = (long long)sidx * NW + w;
-  const int u0 = (int)(q * T / Q);
-  return make_int2(u0 * UNIT, ((int)((q + 1) * T / Q) - u0) * UNIT);
-#else
-  const unsigned Q = (unsigned)(S * NW), q = (unsigned)(sidx * NW + w);
-  const int u0 = (int)(q * (unsigned)T / Q), u1 = (int)((q + 1) * (unsigned)T / Q);
-  int b0 = u0 * UNIT, nb = (u1 - u0) * UNIT;
-  asm("" : "+r"(b0), "+r"(nb));
-  return make_int2(b0, nb);
-#endif
+// gemvz's split-K over the S CTAs of a row group and their NW warps, in whole units of UNIT = UG 64-wide groups, for
+// any S. The row's T = KB / UNIT units: CTA sidx takes d = T / S of them, one more for the first r = T % S CTAs,
+// contiguous in sidx order; inside the CTA, warp w takes its share of those the same way (wd, one more for the first
+// wr warps). Shares differ by at most one unit, CTA to CTA and warp to warp; where S NW divides T it is the even
+// split of sessions 1-19, with the same values. S is then free to fill the SMs instead of dividing K (qwen2-7b.down's
+// 296 groups: S = 3, 25.3 against 28.4 us at m = 1; FINDINGS 23). One runtime division (T / S; NW is a compile-time
+// constant). Needs T >= S NW (every warp streams at least one unit: the first batch is loaded before the loop, and
+// the streaming warps all arrive on the named barrier in their first trip). Returns {first block, blocks}, in K
+// blocks. gemv_kernel keeps the even split: this code took 2-6 more registers there (a CTA an SM less for the plain
+// o_proj twin C(8,2,1,2,0), 64 -> 66-68, and 22% slower; session 20, FINDINGS 23). Lab: labs/labkit.py split_units.
+template <int UNIT, int NW>
+__device__ __forceinline__ int2 split_units(int KB, int S, int sidx, int w) {
+  const int T = KB / UNIT, d = T / S, r = T - d * S;
+  const int cn = d + (sidx < r), c0 = sidx * d + min(sidx, r);
+  const int wd = cn / NW, wr = cn - wd * NW;
+  return make_int2((c0 + w * wd + min(w, wr)) * UNIT, (wd + (w < wr)) * UNIT);
 }
 // CTA sidx's slice {first block, end block}, in K blocks: the union of its warps' split_units shares.
 template <int UNIT>
 __device__ __forceinline__ int2 cta_slice(int KB, int S, int sidx) {
-  const int T = KB / UNIT;
-#if defined(MUSE_EVEN_SPLIT)
-  const int KBS = KB / S;
-  return make_int2(sidx * KBS, sidx * KBS + KBS);
-#else
-  return make_int2((int)((unsigned)(sidx * T) / (unsigned)S) * UNIT, (int)((unsigned)((sidx + 1) * T) / (unsigned)S) * UNIT);
-#endif
+  const int T = KB / UNIT, d = T / S, r = T - d * S;
+  const int c0 = sidx * d + min(sidx, r);
+  return make_int2(c0 * UNIT, (c0 + d + (sidx < r)) * UNIT);
 }
 
 // Sum the NW streaming warps' partials parked in red[NW][P] (after the barrier): thread tid < NT takes
@@ -754,10 +739,9 @@ __device__ __forceinline__ void load_wbatch(uint4 (&a)[NH][U][R][2], const uint4
 // Contract: x bf16 [M, K] row-major, 16-byte aligned; w (and w2, the router's lo half) bf16 [N, K]
 // repacked by pack_plain into fragment order: [N/16][K/32][2 steps][32 lanes][8 bf16]; out [M, N],
 // bf16, or fp32 when DUAL; ws >= N/(16R) * S * R*NB*32 float4; sem >= N/(16R) ints, zero between calls.
-// Requires N % (16R) == 0, K/32 % U == 0, K/32 / U >= S*NW (any S: split_units), M <= NB*8.
+// Requires N % (16R) == 0, K/32 % (S*NW*U) == 0, M <= NB*8.
 //
-//   grid (N/(16R), S): CTA (rg, sidx) = row blocks rg*R .. rg*R+R-1 x its K slice (split_units: units of U
-//   blocks, [sidx T / S, (sidx + 1) T / S) of the T = KB / U, so S need not divide K);
+//   grid (N/(16R), S): CTA (rg, sidx) = row blocks rg*R .. rg*R+R-1 x K blocks [sidx*KB/S, (sidx+1)*KB/S);
 //   cl = 1: clusters (1, S), split-K reduced in the leader's shared memory (cluster_combine), ws/sem unused
 //   CTA: NW warps; warp w streams K blocks kb0 + [0, KBW) of the slice for all R row blocks, U per trip
 //   lane (g = lane>>2, t = lane&3): A fragment = rows g, g+8 of a block; B = x[token 8nb+g][8t..8t+7]
@@ -793,9 +777,8 @@ gemv_kernel(const __grid_constant__ GemvArgs args) {
   cluster_start<P>(cl, S);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int rg = blockIdx.x, sidx = blockIdx.y;
-  const int KB = K / 32;
-  const int2 share = split_units<U>(KB, S, NW, sidx, warp);  // units of U blocks, any S (split_units)
-  const int kb0 = share.x, KBW = share.y;
+  const int KB = K / 32, KBS = KB / S, KBW = KBS / NW;
+  const int kb0 = sidx * KBS + warp * KBW;
   const size_t rstride = (size_t)KB * 64;
   const size_t woff = ((size_t)rg * R * KB + kb0) * 64 + lane;
   const uint4* wp = w + woff;
@@ -1125,7 +1108,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
     }
     TR_EXC_END
   } else {
-    const int2 share = split_units<UG>(KG, S, NW, sidx, warp);
+    const int2 share = split_units<UG, NW>(KG, S, sidx, warp);
     const int g0 = share.x, KGW = share.y;
     const size_t rstride = (size_t)KG * 96;
     const uint4* wp = w + ((size_t)rg * R * KG + g0) * 96 + lane;
@@ -2443,9 +2426,8 @@ def gemv_misfit(cfg, N, K, m, dual=False):
         return f"pipe={cfg.pipe}: gemv_kernel's loops are PIPE 0..5 (the TMA ring is a GemvtConfig)"
     if N % (16 * cfg.r) or K % 32:
         return f"N={N} not a multiple of 16*R={16 * cfg.r}, or K={K} not a multiple of 32"
-    if KB % cfg.u or KB // cfg.u < cfg.s * cfg.nw or cfg.s < 1:
-        return (f"K/32={KB} not a multiple of U={cfg.u}, or fewer than S*NW={cfg.s * cfg.nw} units of U blocks (every "
-                f"warp streams at least one; S need not divide K: split_units)")
+    if KB % (cfg.s * cfg.nw * cfg.u):
+        return f"K/32={KB} not divisible by S*NW*U={cfg.s * cfg.nw * cfg.u} (gemv_kernel splits K evenly)"
     return _split_misfit(cfg, smem_bytes(cfg.nw, nb, cfg.r, False, cfg.s, cfg.cl))
 
 
@@ -2615,12 +2597,12 @@ def plan_cost(model, fam, cfg, N, K, m):
 
 
 def even_split(cfg, K):
-    """Whether cfg's S x NW warps share the K units equally (the only splits sessions 1-19 could run; split_units in
-    csrc/common.cuh takes any S since session 20). gemvt's split was uneven from the start: True."""
-    if isinstance(cfg, GemvtConfig):
+    """Whether cfg's S x NW warps share the K units equally: always for gemv_kernel (its misfit rule), and for
+    gemvz_kernel where S NW divides the K/64 / UG units (split_units in csrc/common.cuh takes any S since session 20).
+    gemvt's split is uneven by design (its own rule): True, as it is not a register kernel's question."""
+    if not isinstance(cfg, GemvzConfig):
         return True
-    units = K // 64 // cfg.ug if isinstance(cfg, GemvzConfig) else K // 32 // cfg.u
-    return units % (cfg.s * cfg.nw) == 0
+    return (K // 64 // cfg.ug) % (cfg.s * cfg.nw) == 0
 
 
 def plan_splits(base, N, K, m, dual=False, max_s=PLAN_MAX_S, even=False):

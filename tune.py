@@ -165,7 +165,7 @@ def triton_candidates(N, K, m, dual):
 
 def s_options(kblocks, per_cta, row_groups, uneven=False):
     """S values that keep the grid below 16 CTAs per SM: the powers of two that divide the K blocks, and with uneven
-    (the register kernels since session 20: split_units) also every S up to 32 whose grid fills 90-100% of a whole
+    (gemvz since session 20: split_units) also every S up to 32 whose grid fills 90-100% of a whole
     number (1..8) of waves of one CTA an SM, and that leaves each of the per_cta warp-units of a CTA at least one."""
     out, s = [], 1
     while kblocks % (s * per_cta) == 0 and row_groups * s <= 132 * 16:
@@ -220,7 +220,7 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
                     if (nw + (1 if compressed else 0)) * 32 > a[3]:
                         continue                  # too many registers for this many threads: cannot launch
                     kblocks = K // 64 if compressed else K // 32
-                    for s in s_options(kblocks, nw * u, N // (16 * r), uneven=True):
+                    for s in s_options(kblocks, nw * u, N // (16 * r), uneven=compressed):
                         for pf in pfs:
                             # S > 1: the cluster reduction (cl=2, st.async + mbarrier: faster than or tied with
                             # cl=1 on all 9 cl=1 rows swept in session 5), and the ticket only where the cluster

@@ -24,44 +24,29 @@ __device__ __forceinline__ void load_xbatch(uint4 (&xv)[U][NB], const bf16* cons
     for (int nb = 0; nb < NB; nb++) xv[u][nb] = ld_x(xr[nb] + (i + u) * KS + off);
 }
 
-// Split-K over the S CTAs of a row group and their NW warps, in whole units of UNIT K blocks (gemvz: UG 64-wide
-// groups, gemv: U 32-wide blocks), for any S: warp q = sidx NW + w of the Q = S NW warps takes units
-// [q T / Q, (q + 1) T / Q) of the row's T = KB / UNIT units, so the warps' shares (and the CTAs') differ by at most one unit, and
-// CTA sidx's slice is the contiguous [sidx T / S, (sidx + 1) T / S). Where Q divides T this is the even split of
-// sessions 1-19. S is then free to fill the SMs instead of dividing K. Needs T >= Q (every warp streams at least one
-// unit: the first batch is loaded before the loop, and gemvz's streaming warps all arrive on its named barrier in
-// their first trip). Returns {first block, blocks}, in K blocks. 32-bit unsigned arithmetic: (q + 1) T <= S NW T <
-// 2^32 for any layer. The empty asm keeps the compiler from learning that the share is a multiple of UNIT: knowing
-// it, the U = 2 / UG = 2 configs compiled to other loops and ran up to 28% slower (o_proj m=1 Z(8,2,1,2,3): 8.19
-// against 6.42 us; session 20, FINDINGS 23). Lab: labs/labkit.py split_units.
-template <int UNIT>
-__device__ __forceinline__ int2 split_units(int KB, int S, int NW, int sidx, int w) {
-  const int T = KB / UNIT;
-#if defined(MUSE_EVEN_SPLIT)   // A/B only (session 20): sessions 1-19's even split, as they computed it
-  const int KBS = KB / S, KBW = KBS / NW;
-  return make_int2(sidx * KBS + w * KBW, KBW);
-#elif defined(MUSE_SPLIT64)    // A/B only (session 20): 64-bit division, no asm (commit 26c5267)
-  const long long Q = (long long)S * NW, q = (long long)sidx * NW + w;
-  const int u0 = (int)(q * T / Q);
-  return make_int2(u0 * UNIT, ((int)((q + 1) * T / Q) - u0) * UNIT);
-#else
-  const unsigned Q = (unsigned)(S * NW), q = (unsigned)(sidx * NW + w);
-  const int u0 = (int)(q * (unsigned)T / Q), u1 = (int)((q + 1) * (unsigned)T / Q);
-  int b0 = u0 * UNIT, nb = (u1 - u0) * UNIT;
-  asm("" : "+r"(b0), "+r"(nb));
-  return make_int2(b0, nb);
-#endif
+// gemvz's split-K over the S CTAs of a row group and their NW warps, in whole units of UNIT = UG 64-wide groups, for
+// any S. The row's T = KB / UNIT units: CTA sidx takes d = T / S of them, one more for the first r = T % S CTAs,
+// contiguous in sidx order; inside the CTA, warp w takes its share of those the same way (wd, one more for the first
+// wr warps). Shares differ by at most one unit, CTA to CTA and warp to warp; where S NW divides T it is the even
+// split of sessions 1-19, with the same values. S is then free to fill the SMs instead of dividing K (qwen2-7b.down's
+// 296 groups: S = 3, 25.3 against 28.4 us at m = 1; FINDINGS 23). One runtime division (T / S; NW is a compile-time
+// constant). Needs T >= S NW (every warp streams at least one unit: the first batch is loaded before the loop, and
+// the streaming warps all arrive on the named barrier in their first trip). Returns {first block, blocks}, in K
+// blocks. gemv_kernel keeps the even split: this code took 2-6 more registers there (a CTA an SM less for the plain
+// o_proj twin C(8,2,1,2,0), 64 -> 66-68, and 22% slower; session 20, FINDINGS 23). Lab: labs/labkit.py split_units.
+template <int UNIT, int NW>
+__device__ __forceinline__ int2 split_units(int KB, int S, int sidx, int w) {
+  const int T = KB / UNIT, d = T / S, r = T - d * S;
+  const int cn = d + (sidx < r), c0 = sidx * d + min(sidx, r);
+  const int wd = cn / NW, wr = cn - wd * NW;
+  return make_int2((c0 + w * wd + min(w, wr)) * UNIT, (wd + (w < wr)) * UNIT);
 }
 // CTA sidx's slice {first block, end block}, in K blocks: the union of its warps' split_units shares.
 template <int UNIT>
 __device__ __forceinline__ int2 cta_slice(int KB, int S, int sidx) {
-  const int T = KB / UNIT;
-#if defined(MUSE_EVEN_SPLIT)
-  const int KBS = KB / S;
-  return make_int2(sidx * KBS, sidx * KBS + KBS);
-#else
-  return make_int2((int)((unsigned)(sidx * T) / (unsigned)S) * UNIT, (int)((unsigned)((sidx + 1) * T) / (unsigned)S) * UNIT);
-#endif
+  const int T = KB / UNIT, d = T / S, r = T - d * S;
+  const int c0 = sidx * d + min(sidx, r);
+  return make_int2(c0 * UNIT, (c0 + d + (sidx < r)) * UNIT);
 }
 
 // Sum the NW streaming warps' partials parked in red[NW][P] (after the barrier): thread tid < NT takes

@@ -26,10 +26,9 @@ __device__ __forceinline__ void load_wbatch(uint4 (&a)[NH][U][R][2], const uint4
 // Contract: x bf16 [M, K] row-major, 16-byte aligned; w (and w2, the router's lo half) bf16 [N, K]
 // repacked by pack_plain into fragment order: [N/16][K/32][2 steps][32 lanes][8 bf16]; out [M, N],
 // bf16, or fp32 when DUAL; ws >= N/(16R) * S * R*NB*32 float4; sem >= N/(16R) ints, zero between calls.
-// Requires N % (16R) == 0, K/32 % U == 0, K/32 / U >= S*NW (any S: split_units), M <= NB*8.
+// Requires N % (16R) == 0, K/32 % (S*NW*U) == 0, M <= NB*8.
 //
-//   grid (N/(16R), S): CTA (rg, sidx) = row blocks rg*R .. rg*R+R-1 x its K slice (split_units: units of U
-//   blocks, [sidx T / S, (sidx + 1) T / S) of the T = KB / U, so S need not divide K);
+//   grid (N/(16R), S): CTA (rg, sidx) = row blocks rg*R .. rg*R+R-1 x K blocks [sidx*KB/S, (sidx+1)*KB/S);
 //   cl = 1: clusters (1, S), split-K reduced in the leader's shared memory (cluster_combine), ws/sem unused
 //   CTA: NW warps; warp w streams K blocks kb0 + [0, KBW) of the slice for all R row blocks, U per trip
 //   lane (g = lane>>2, t = lane&3): A fragment = rows g, g+8 of a block; B = x[token 8nb+g][8t..8t+7]
@@ -65,9 +64,8 @@ gemv_kernel(const __grid_constant__ GemvArgs args) {
   cluster_start<P>(cl, S);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int rg = blockIdx.x, sidx = blockIdx.y;
-  const int KB = K / 32;
-  const int2 share = split_units<U>(KB, S, NW, sidx, warp);  // units of U blocks, any S (split_units)
-  const int kb0 = share.x, KBW = share.y;
+  const int KB = K / 32, KBS = KB / S, KBW = KBS / NW;
+  const int kb0 = sidx * KBS + warp * KBW;
   const size_t rstride = (size_t)KB * 64;
   const size_t woff = ((size_t)rg * R * KB + kb0) * 64 + lane;
   const uint4* wp = w + woff;

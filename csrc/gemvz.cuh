@@ -221,7 +221,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
     }
     TR_EXC_END
   } else {
-    const int2 share = split_units<UG>(KG, S, NW, sidx, warp);
+    const int2 share = split_units<UG, NW>(KG, S, sidx, warp);
     const int g0 = share.x, KGW = share.y;
     const size_t rstride = (size_t)KG * 96;
     const uint4* wp = w + ((size_t)rg * R * KG + g0) * 96 + lane;

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from labkit import check, nb_of, split_units
+from labkit import check, nb_of
 
 
 # %% Motivation ------------------------------------------------------------------------------------
@@ -177,8 +177,9 @@ def gemv_emulate(packed, x, N, K, nw, s, u, packed_lo=None, r=1):
     M = x.shape[0]
     NB, NW, S, U, R = nb_of(M), nw, s, u, r
     KB = K // 32
-    if N % (16 * R) or KB % U or KB // U < S * NW or M > 32:
+    if N % (16 * R) or KB % (S * NW * U) or M > 32:
         raise ValueError(f"config NW={NW} S={S} U={U} R={R} does not fit N={N}, K={K}, m={M}")
+    KBS, KBW = KB // S, KB // S // NW
     units = as_values(packed).reshape(-1, 8)
     units2 = None if packed_lo is None else as_values(packed_lo).reshape(-1, 8)
     xflat = as_values(x).reshape(-1)
@@ -189,8 +190,7 @@ def gemv_emulate(packed, x, N, K, nw, s, u, packed_lo=None, r=1):
         for sidx in range(S):                                   # blockIdx.y
             red = np.zeros((NW, R, NB * 32, 4))
             for warp in range(NW):
-                u0, n = split_units(KB // U, S, NW, sidx, warp)      # any S: shares differ by one unit at most
-                kb0, KBW = u0 * U, n * U
+                kb0 = sidx * KBS + warp * KBW
                 wps = [((rg * R + rr) * KB + kb0) * 64 + LANES for rr in range(R)]   # per-lane unit pointers
                 xr = [np.minimum(nb * 8 + g, M - 1) * K + kb0 * 32 + t * 8 for nb in range(NB)]
                 acc = np.zeros((2, R, NB, 32, 4))   # DUAL, NB = 1: hi into acc[0], lo into acc[1]

@@ -16,16 +16,18 @@ def nb_of(m):
     return 1 if m <= 8 else 2 if m <= 16 else 4
 
 
-def split_units(T, S, NW, sidx, w):
-    """Split-K of the register kernels (csrc/common.cuh split_units): the row's T units (gemv: U 32-wide blocks,
-    gemvz: UG 64-wide groups) over the S CTAs x NW warps; warp q = sidx NW + w of Q = S NW takes units
-    [q T // Q, (q + 1) T // Q), so shares differ by at most one unit and CTA sidx holds [sidx T // S, (sidx + 1) T // S).
-    Returns (first unit, units). Where Q divides T it is the even split."""
-    Q, q = S * NW, sidx * NW + w
-    u0 = q * T // Q
-    return u0, (q + 1) * T // Q - u0
-
-
 def cta_units(T, S, sidx):
-    """CTA sidx's slice [first, end) of the T units: the union of its warps' split_units shares."""
-    return sidx * T // S, (sidx + 1) * T // S
+    """gemvz's split-K (csrc/common.cuh cta_slice): CTA sidx's slice [first, end) of the row's T units (UG 64-wide
+    groups): d = T // S units each, one more for the first r = T % S CTAs, in sidx order."""
+    d, r = divmod(T, S)
+    c0 = sidx * d + min(sidx, r)
+    return c0, c0 + d + (sidx < r)
+
+
+def split_units(T, S, NW, sidx, w):
+    """gemvz's split-K (csrc/common.cuh split_units): warp w of CTA sidx shares the CTA's slice with its NW warps the
+    same way (wd units each, one more for the first wr warps). Returns (first unit, units). Shares differ by at most
+    one unit; where S NW divides T it is the even split."""
+    c0, c1 = cta_units(T, S, sidx)
+    wd, wr = divmod(c1 - c0, NW)
+    return c0 + w * wd + min(w, wr), wd + (w < wr)

@@ -15,13 +15,10 @@ CLUSTER_CASES = [
     ("pooler", 2, S.GemvzConfig(nw=_ZNW, s=2, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0)),
 ]
 
-# (layer, m, config) with S that does not divide the K units (split_units, session 20): the warps' shares differ by
-# one unit, the CTAs' slices too; run with the ticket and the cluster (S = 11: a non-portable cluster)
+# (layer, m, config) of gemvz_kernel with S that does not divide the K units (split_units, session 20): the warps'
+# shares differ by one unit, the CTAs' slices too; run with the ticket and the cluster (S = 11: a non-portable cluster)
 UNEVEN_CASES = [
-    ("router", 1, S.GemvConfig(nw=_NW, s=3, u=_U, r=_R, pipe=_PIPE, pf=0)),
-    ("router", 32, S.GemvConfig(nw=_NW, s=7, u=_U, r=_R, pipe=_PIPE, pf=0)),
     ("qkv_gate", 1, S.GemvzConfig(nw=_ZNW, s=11, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0)),
     ("qkv_gate", 16, S.GemvzConfig(nw=_ZNW, s=5, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0)),
     ("o_proj", 32, S.GemvzConfig(nw=_ZNW, s=3, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0)),
-    ("o_proj", 4, S.GemvConfig(nw=_NW, s=6, u=_U, r=_R, pipe=_PIPE, pf=0)),
 ]

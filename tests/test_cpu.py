@@ -880,15 +880,14 @@ def test_uneven_cases_of_the_gpu_tests_really_split_unevenly():
         assert not S.even_split(cfg, LAYERS[name]["K"]), (name, m, cfg)
 
 
-def test_misfit_takes_any_s_that_leaves_every_warp_a_unit():
+def test_misfit_takes_any_s_that_leaves_every_gemvz_warp_a_unit_and_keeps_gemv_even():
     z = S.GemvzConfig(nw=4, s=11, ug=1, r=2, pipe=0, pf=0)
-    assert S.config_misfit(z, 2304, 8192, 1) is None                       # 128 groups over 44 warps
-    assert "S*NW=132" in S.config_misfit(z._replace(s=33), 2304, 8192, 1)   # 132 warps > 128 groups
-    assert "UG=2" in S.config_misfit(z._replace(ug=2), 2304, 64 * 129, 1)   # 129 groups: not whole units of 2
+    assert S.config_misfit(z, 2304, 8192, 1) is None and not S.even_split(z, 8192)   # 128 groups over 44 warps
+    assert "S*NW=132" in S.config_misfit(z._replace(s=33), 2304, 8192, 1)           # 132 warps > 128 groups
+    assert "UG=2" in S.config_misfit(z._replace(ug=2), 2304, 64 * 129, 1)           # 129 groups: not whole units of 2
     c = S.GemvConfig(nw=16, s=8, u=2, r=2, pipe=3, pf=0)
     assert S.config_misfit(c, 256, 8192, 1, True) is None and S.even_split(c, 8192)
-    assert S.config_misfit(c._replace(s=9), 256, 8192, 1, True) is not None      # 144 warps > 128 units
-    assert S.config_misfit(c._replace(s=5), 256, 8192, 1, True) is None and not S.even_split(c._replace(s=5), 8192)
+    assert "S*NW*U" in S.config_misfit(c._replace(s=5), 256, 8192, 1, True)       # gemv_kernel splits evenly
 
 
 def test_planner_rules_keep_even_splits():
