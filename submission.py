@@ -2539,21 +2539,22 @@ PlanFamily = collections.namedtuple("PlanFamily", "config occ r R bw")
 PlanModel = collections.namedtuple("PlanModel", "path nb t0 cl0 cl1 tk0 tk1 families")
 SMS = 132
 PLAN_MAX_S = 8           # splits priced: the fit saw S <= 8
+PLAN_UNEVEN = "needed"   # gemvz's uneven splits: priced only for a family with no even S > 1 ('always': every one)
 PLAN_SPLIT_CTAS = 396    # a split (S > 1) is priced while its grid has at most this many CTAs (gemvt: two thirds):
                          # the fit's domain (three waves of one CTA an SM)
 PLAN_MODELS = (
-    PlanModel('compressed', nb=1, t0=0.000, cl0=0.000, cl1=1.498, tk0=11.542, tk1=0.000, families=(
-        PlanFamily(GemvzConfig(nw=16, s=1, ug=1, r=2, pipe=4, pf=0), occ=1, r=40.67, R=66.27, bw=5206),
-        PlanFamily(GemvzConfig(nw=4, s=1, ug=1, r=1, pipe=2, pf=0), occ=5, r=11.13, R=27.40, bw=3348),
-        PlanFamily(GemvzConfig(nw=4, s=1, ug=1, r=2, pipe=0, pf=0), occ=5, r=14.00, R=711.82, bw=4436),
-        PlanFamily(GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=0, pf=0), occ=3, r=19.93, R=66.96, bw=6498),
-        PlanFamily(GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=4, pf=0), occ=2, r=24.54, R=48.34, bw=6187),
+    PlanModel('compressed', nb=1, t0=0.000, cl0=0.000, cl1=1.441, tk0=37.907, tk1=0.000, families=(
+        PlanFamily(GemvzConfig(nw=16, s=1, ug=1, r=2, pipe=4, pf=0), occ=1, r=36.96, R=92.19, bw=7803),
+        PlanFamily(GemvzConfig(nw=4, s=1, ug=1, r=1, pipe=2, pf=0), occ=5, r=10.77, R=24.49, bw=8338),
+        PlanFamily(GemvzConfig(nw=4, s=1, ug=1, r=2, pipe=0, pf=0), occ=5, r=15.66, R=596.85, bw=3403),
+        PlanFamily(GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=0, pf=0), occ=3, r=18.24, R=158.55, bw=5961),
+        PlanFamily(GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=4, pf=0), occ=2, r=24.68, R=42.30, bw=7175),
     )),
-    PlanModel('compressed', nb=2, t0=0.000, cl0=0.000, cl1=2.131, tk0=0.556, tk1=0.112, families=(
-        PlanFamily(GemvzConfig(nw=4, s=1, ug=1, r=1, pipe=2, pf=0), occ=3, r=7.85, R=96.76, bw=4495),
-        PlanFamily(GemvzConfig(nw=4, s=1, ug=1, r=2, pipe=4, pf=0), occ=3, r=14.66, R=78.23, bw=4616),
-        PlanFamily(GemvzConfig(nw=4, s=1, ug=2, r=2, pipe=2, pf=0), occ=2, r=18.01, R=61.98, bw=4611),
-        PlanFamily(GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=4, pf=0), occ=1, r=27.91, R=154.00, bw=6641),
+    PlanModel('compressed', nb=2, t0=0.000, cl0=0.000, cl1=1.821, tk0=0.532, tk1=0.094, families=(
+        PlanFamily(GemvzConfig(nw=4, s=1, ug=1, r=1, pipe=2, pf=0), occ=3, r=8.76, R=49.28, bw=3577),
+        PlanFamily(GemvzConfig(nw=4, s=1, ug=1, r=2, pipe=4, pf=0), occ=3, r=14.41, R=101.56, bw=4712),
+        PlanFamily(GemvzConfig(nw=4, s=1, ug=2, r=2, pipe=2, pf=0), occ=2, r=17.41, R=58.40, bw=4425),
+        PlanFamily(GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=4, pf=0), occ=1, r=27.82, R=120.65, bw=7482),
     )),
     PlanModel('plain', nb=4, t0=0.000, cl0=0.000, cl1=1.790, tk0=8.427, tk1=0.556, families=(
         PlanFamily(GemvtConfig(nw=4, s=1, st=4, ka=2), occ=2, r=33.83, R=53.25, bw=6656),
@@ -2619,18 +2620,26 @@ def plan_splits(base, N, K, m, dual=False, max_s=PLAN_MAX_S, even=False):
     return out
 
 
-def plan_candidates(N, K, m, path, max_s=PLAN_MAX_S, max_ctas=PLAN_SPLIT_CTAS):
+def plan_candidates(N, K, m, path, max_s=PLAN_MAX_S, max_ctas=PLAN_SPLIT_CTAS, uneven=None):
     """[(model, family, config)] the cost model prices for an [N, K] layer at m on path: each family of the class for
     (path, m) at every S that fits, S > 1 only within the fit's domain (max_s, max_ctas: PLAN_MAX_S, PLAN_SPLIT_CTAS;
-    tools/plan_grid.py can widen them to collect data). tools/plan_grid.py times exactly these."""
+    tools/plan_grid.py can widen them to collect data). A gemvz family's uneven splits (S NW not dividing its K units)
+    are priced only where it has no even split S > 1 (PLAN_UNEVEN = 'needed'; uneven=True prices them always, for
+    data): on the holdout shapes the model's uneven picks missed by up to 1.6x where even ones were there (phi-2.fc2,
+    FINDINGS 23), while the shapes whose K admits no even split gained 8-18% (qwen2-7b). tools/plan_grid.py times
+    exactly these."""
+    uneven = PLAN_UNEVEN == "always" if uneven is None else uneven
     out = []
     for model in PLAN_MODELS:
         if model.path != path or model.nb != nb_of(m):
             continue
         for fam in model.families:
             cap = max_ctas * (2 / 3 if isinstance(fam.config, GemvtConfig) else 1)
-            out += [(model, fam, c) for v, c in plan_splits(fam.config, N, K, m, max_s=max_s).items()
-                    if v == 1 or plan_grid_ctas(c, N) <= cap]
+            fits = {v: c for v, c in plan_splits(fam.config, N, K, m, max_s=max_s).items()
+                    if v == 1 or plan_grid_ctas(c, N) <= cap}
+            if not uneven and any(v > 1 and even_split(c, K) for v, c in fits.items()):
+                fits = {v: c for v, c in fits.items() if even_split(c, K)}
+            out += [(model, fam, c) for c in fits.values()]
     return out
 
 

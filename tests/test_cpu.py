@@ -832,7 +832,7 @@ def test_cost_model_picks_the_fastest_timed_candidate_of_its_fit_data():
         pick = next(c for _, c, _ in priced if c in timed)
         best = min(t for c, t in timed.items() if c in domain)
         ratios.append(timed[pick] / best)
-        assert ratios[-1] < 1.12, (layer, m, pick, timed[pick], best)
+        assert ratios[-1] < 1.10, (layer, m, pick, timed[pick], best)
     assert len(ratios) >= 45
     assert math.exp(sum(map(math.log, ratios)) / len(ratios)) < 1.02
 
@@ -897,3 +897,32 @@ def test_planner_rules_keep_even_splits():
         c, why = S.planner_config.__wrapped__(N, K, m, path, dual)
         if c is not None and isinstance(c, S.GemvConfig):
             assert S.even_split(c, K), (N, K, m, c, why)
+
+
+def test_planner_prices_uneven_splits_only_where_a_family_has_no_even_one():
+    # qwen2-7b.down: K/64 = 296 = 8 x 37, so NW = 8 families have no even S > 1: their uneven S are priced
+    fams = {}
+    for _, f, c in S.plan_candidates(3584, 18944, 1, "compressed"):
+        fams.setdefault(f.config, []).append(c)
+    z8 = fams[S.GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=0, pf=0)]
+    assert any(not S.even_split(c, 18944) for c in z8) and max(c.s for c in z8) > 1
+    # phi-2.fc2: K/64 = 160: every family has an even S > 1, so no uneven split is priced (S20c5: the model's uneven
+    # picks there ran 1.4-1.6x the even ones)
+    cands = S.plan_candidates(2560, 10240, 1, "compressed")
+    assert cands and all(S.even_split(c, 10240) for _, _, c in cands)
+    every = S.plan_candidates(2560, 10240, 1, "compressed", uneven=True)
+    assert any(not S.even_split(c, 10240) for _, _, c in every) and set(map(repr, cands)) < set(map(repr, every))
+    # the planner's pick for qwen2-7b.down m=1 is an uneven split (S20c1 grid: 25.3 us against 28.4 for the best even)
+    c, why = S.planner_config.__wrapped__(3584, 18944, 1, "compressed")
+    assert not S.even_split(c, 18944), why
+
+
+def test_plan_fit_priced_keeps_what_the_planner_prices():
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import plan_fit
+    rows = plan_fit.load(PLAN_GRIDS)
+    kept = plan_fit.priced_only(rows)
+    assert 0 < len(kept) < len(rows)
+    for c, r in kept[::25]:
+        path = "compressed" if isinstance(c, S.GemvzConfig) else "plain"
+        assert c in {x for _, _, x in S.plan_candidates(r["N"], r["K"], r["m"], path)}

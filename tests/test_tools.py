@@ -414,8 +414,9 @@ def test_plan_grid_times_exactly_what_the_planner_prices():
 
 def test_plan_fit_prices_with_the_shipped_formula_and_writes_the_literal_back():
     import plan_fit
-    rows = plan_fit.load([os.path.join(os.path.dirname(S.__file__), "results", f) for f in
-                          ("plangrid-2026-12-02-s19call1.json", "plangrid-2026-12-02-s20call1-uneven.json")])
+    rows = plan_fit.priced_only(plan_fit.load([os.path.join(os.path.dirname(S.__file__), "results", f) for f in
+                                               ("plangrid-2026-12-02-s19call1.json",
+                                                "plangrid-2026-12-02-s20call1-uneven.json")]))   # as fit: --priced
     assert rows and all(not r.get("bad") for _, r in rows)
     for md in S.PLAN_MODELS:
         fams = sorted((f.config for f in md.families), key=repr)
@@ -428,7 +429,7 @@ def test_plan_fit_prices_with_the_shipped_formula_and_writes_the_literal_back():
             fam = next(f for f in md.families if f.config == plan_fit.fam_key(c))
             assert plan_fit.predict(back, c, r) == S.plan_cost(md, fam, c, r["N"], r["K"], r["m"])
         ratios, err = plan_fit.pick_loss(back, crows)
-        assert max(ratios) < 1.12 and 0 < err < 0.5
+        assert max(ratios) < 1.10 and 0 < err < 0.5
         lit = plan_fit.literal(back).strip().rstrip(",")
         again = eval(lit, vars(S))                      # the printed literal is the model, to the printed digits
         assert again.path == md.path and again.nb == md.nb and len(again.families) == len(md.families)

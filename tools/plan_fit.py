@@ -35,6 +35,19 @@ def load(paths):
     return rows
 
 
+def priced_only(rows):
+    """The rows whose config submission.plan_candidates prices for their shape and m."""
+    keep, cache = [], {}
+    for c, r in rows:
+        path = "compressed" if isinstance(c, S.GemvzConfig) else "plain"
+        key = (r["N"], r["K"], r["m"], path)
+        if key not in cache:
+            cache[key] = {cfg for _, _, cfg in S.plan_candidates(*key)}
+        if c in cache[key]:
+            keep.append((c, r))
+    return keep
+
+
 def fam_key(cfg):
     return cfg._replace(s=1, cl=0)
 
@@ -129,8 +142,12 @@ def main(argv=None):
     ap.add_argument("--lam", type=float, default=1.0)
     ap.add_argument("--loso", action="store_true", help="also fit with each shape left out, and pick on it")
     ap.add_argument("--warm", action="store_true", help="start from submission.PLAN_MODELS' constants")
+    ap.add_argument("--priced", action="store_true", help="only the timed configs the planner prices now "
+                    "(submission.plan_candidates: a grid that timed past its rule, e.g. --uneven, fits what it picks from)")
     args = ap.parse_args(argv)
     rows = load(args.grids)
+    if args.priced:
+        rows = priced_only(rows)
     for (path, nb), crows in sorted(classes(rows).items()):
         fams = sorted({fam_key(c) for c, _ in crows}, key=repr)
         occs = {f: min(r["occ"] for c, r in crows if fam_key(c) == f and c.s == 1) for f in fams}

@@ -61,12 +61,13 @@ def occupancy(ext, cfg, m, dual):
     return max(0, min(by_regs, 2048 // threads, by_smem, 32))
 
 
-def candidates(N, K, m, families, plain=False, max_s=S.PLAN_MAX_S, max_ctas=S.PLAN_SPLIT_CTAS, ticket=False):
+def candidates(N, K, m, families, plain=False, max_s=S.PLAN_MAX_S, max_ctas=S.PLAN_SPLIT_CTAS, ticket=False,
+               uneven=None):
     """[(class name, config)] of every candidate the planner prices (submission.plan_candidates) in the classes named;
     with plain, at m <= 16 also the plain planner's config (planner_config(..., 'plain'), class 'plain'; none where only
     the default rule fits): what the layer would run if the 12-bit path were refused."""
     path = "plain" if S.nb_of(m) == 4 else "compressed"
-    out = [(CLASS_NAMES[md.path, md.nb], c) for md, _, c in S.plan_candidates(N, K, m, path, max_s, max_ctas)
+    out = [(CLASS_NAMES[md.path, md.nb], c) for md, _, c in S.plan_candidates(N, K, m, path, max_s, max_ctas, uneven)
            if CLASS_NAMES[md.path, md.nb] in families]
     if ticket:   # the split-K ticket beside each cluster candidate (the planner prices the cluster where it fits)
         out += [(f, c._replace(cl=0)) for f, c in list(out) if c.cl and not S.config_misfit(c._replace(cl=0), N, K, m)]
@@ -91,6 +92,7 @@ def main(argv=None):
     ap.add_argument("--plain", action="store_true", help="at m <= 16 also time the plain path's plan")
     ap.add_argument("--max-s", type=int, default=S.PLAN_MAX_S, help="widen the priced splits (data beyond the fit)")
     ap.add_argument("--max-ctas", type=int, default=S.PLAN_SPLIT_CTAS, help="widen the split grids' CTA cap")
+    ap.add_argument("--uneven", action="store_true", help="price every uneven split of gemvz (data beyond the rule)")
     ap.add_argument("--ticket", action="store_true", help="also time the ticket (cl = 0) of every cluster candidate")
     ap.add_argument("--json", default=None)
     ap.add_argument("--build-only", action="store_true")
@@ -110,7 +112,8 @@ def main(argv=None):
         if missing:
             raise SystemExit(f"[grid] unknown layers {missing}")
         shapes = {n: shapes[n] for n in want}
-    work = {n: {m: candidates(d["N"], d["K"], m, fams, args.plain, args.max_s, args.max_ctas, args.ticket) for m in ms}
+    work = {n: {m: candidates(d["N"], d["K"], m, fams, args.plain, args.max_s, args.max_ctas, args.ticket,
+                              True if args.uneven else None) for m in ms}
             for n, d in shapes.items()}
     insts = sorted({S.instance_of(c, m, False) for n in work for m in work[n] for _, c in work[n][m]})
     print(f"[grid] {sum(len(v) for w in work.values() for v in w.values())} timings on {len(shapes)} shapes x m "
