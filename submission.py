@@ -2698,8 +2698,12 @@ def planner_config(N, K, m, path, dual=False):
         if priced:
             (t, c, fam), rest = priced[0], priced[1:]
             nxt = f"; next {config_short(rest[0][1])} at {rest[0][0]:.1f}" if rest else ""
+            uneven = ""
+            if not even_split(c, K):   # gemvz's split_units: CTAs of T // S or T // S + 1 units of UG groups
+                lo = K // 64 // c.ug // c.s * c.ug
+                uneven = f", K split unevenly ({lo} or {lo + c.ug} of {K // 64} 64-wide groups a CTA)"
             return c, (f"planner (cost model): {config_short(c)}, {plan_grid_ctas(c, N)} CTAs, "
-                       f"{plan_occupancy(fam, c, m)} an SM; model time {t:.1f} us{nxt}")
+                       f"{plan_occupancy(fam, c, m)} an SM{uneven}; model time {t:.1f} us{nxt}")
     tried = []
     for rule in PLANNER:
         if rule.path != path or rule.dual != dual or not planner_serves(rule, m):

@@ -926,3 +926,10 @@ def test_plan_fit_priced_keeps_what_the_planner_prices():
     for c, r in kept[::25]:
         path = "compressed" if isinstance(c, S.GemvzConfig) else "plain"
         assert c in {x for _, _, x in S.plan_candidates(r["N"], r["K"], r["m"], path)}
+
+
+def test_describe_names_an_uneven_split():
+    c, why = S.planner_config.__wrapped__(3584, 18944, 1, "compressed")
+    assert c.s == 3 and "K split unevenly (98 or 99 of 296 64-wide groups a CTA)" in why, why
+    c, why = S.planner_config.__wrapped__(4096, 8192, 1, "compressed")
+    assert S.even_split(c, 8192) and "unevenly" not in why, why

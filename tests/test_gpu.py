@@ -228,46 +228,41 @@ def test_no_compiled_kernel_uses_local_memory():
         assert a and a[1] == 0, (kind, t, a)
 
 
-@pytest.mark.parametrize("cl", (1, 2))
-@pytest.mark.parametrize("name,m,cfg", forced_configs.CLUSTER_CASES)
-def test_cluster_split_k_gives_the_ticket_bits(prepared, suite, name, m, cfg, cl):
-    """cl = 1 (reduction in the leader's distributed shared memory behind a cluster barrier; S = 16 is a
-    non-portable cluster) and cl = 2 (the partials sent with st.async, counted on the leader's mbarrier) sum the S
-    partials in the ticket path's order: same bits, correct, deterministic, graph-safe under PDL."""
-    w = _layer_weight(name, 23)
+def _split_k_checks(suite, name, m, cfg, cl, wseed, xseed):
+    """Layer `name` (fresh weights) at m on cfg: the cluster reduction cl gives the ticket's bits, then accuracy,
+    determinism, graph replay under PDL and probes (exception columns too) on cfg with cl. Returns the layer."""
+    w = _layer_weight(name, wseed)
     L = S.prepare(name, w, path="compressed" if isinstance(cfg, S.GemvzConfig) else None)
-    x = judge.fresh_x(m, L.K, 41, DEV)
+    x = judge.fresh_x(m, L.K, xseed, DEV)
     L.set_config(m, cfg._replace(cl=0))
     ticket = suite.call(x, L).clone()
     L.set_config(m, cfg._replace(cl=cl))
-    assert L.plan(m).config.cl == cl
-    assert torch.equal(suite.call(x, L), ticket)
-    what = f"{name} cl={cl}"
-    suite.accuracy(L, w, m, 3, what)
-    suite.determinism(L, m, 4, what)
-    suite.graph_replay(L, m, 5, what)
-    suite.probes(L, w, m, 6, what)
-
-
-@pytest.mark.parametrize("cl", (0, 2))
-@pytest.mark.parametrize("name,m,cfg", forced_configs.UNEVEN_CASES)
-def test_uneven_split_k_is_accurate_exact_and_graph_safe(prepared, suite, name, m, cfg, cl):
-    """S that does not divide the K units (split_units): accurate against float64, probes exact (exception columns
-    too), deterministic, graph-safe under PDL; the cluster gives the ticket's bits."""
-    w = _layer_weight(name, 37)
-    L = S.prepare(name, w, path="compressed" if isinstance(cfg, S.GemvzConfig) else None)
-    assert not S.even_split(cfg, L.K)
-    x = judge.fresh_x(m, L.K, 43, DEV)
-    L.set_config(m, cfg._replace(cl=0))
-    ticket = suite.call(x, L).clone()
-    L.set_config(m, cfg._replace(cl=cl))
-    assert L.plan(m).config == cfg._replace(cl=cl)
+    assert (L.plan(m).config.cl, L.plan(m).config.s) == (cl, cfg.s)
     assert torch.equal(suite.call(x, L), ticket)
     what = f"{name} S={cfg.s} cl={cl}"
     suite.accuracy(L, w, m, 3, what)
     suite.determinism(L, m, 4, what)
     suite.graph_replay(L, m, 5, what)
     suite.probes(L, w, m, 6, what)
+    return L
+
+
+@pytest.mark.parametrize("cl", (1, 2))
+@pytest.mark.parametrize("name,m,cfg", forced_configs.CLUSTER_CASES)
+def test_cluster_split_k_gives_the_ticket_bits(prepared, suite, name, m, cfg, cl):
+    """cl = 1 (reduction in the leader's distributed shared memory behind a cluster barrier; S = 16 is a
+    non-portable cluster) and cl = 2 (the partials sent with st.async, counted on the leader's mbarrier) sum the S
+    partials in the ticket path's order: same bits, correct, deterministic, graph-safe under PDL."""
+    _split_k_checks(suite, name, m, cfg, cl, 23, 41)
+
+
+@pytest.mark.parametrize("cl", (0, 2))
+@pytest.mark.parametrize("name,m,cfg", forced_configs.UNEVEN_CASES)
+def test_uneven_split_k_is_accurate_exact_and_graph_safe(prepared, suite, name, m, cfg, cl):
+    """gemvz with S that does not divide the K units (split_units): accurate against float64, probes exact
+    (exception columns too), deterministic, graph-safe under PDL; the cluster gives the ticket's bits."""
+    L = _split_k_checks(suite, name, m, cfg, cl, 37, 43)
+    assert not S.even_split(cfg, L.K)
 
 
 def test_uneven_split_k_exceptions_at_the_slice_edges_are_exact(suite):
