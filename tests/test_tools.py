@@ -435,3 +435,15 @@ def test_plan_fit_prices_with_the_shipped_formula_and_writes_the_literal_back():
         assert again.path == md.path and again.nb == md.nb and len(again.families) == len(md.families)
         for f in again.families:
             assert abs(f.r - byf[f.config].r) < 0.01 and f.occ == byf[f.config].occ
+
+
+def test_plan_grid_widens_the_domain_on_request():
+    import plan_grid
+    fams = list(plan_grid.FAMILIES)
+    base = plan_grid.candidates(2560, 10240, 1, fams)                      # phi-2.fc2: even splits only
+    wide = plan_grid.candidates(2560, 10240, 1, fams, max_s=12, max_ctas=800, uneven=True)
+    assert set(base) < set(wide)
+    assert any(not S.even_split(c, 10240) for _, c in wide) and max(c.s for _, c in wide) > S.PLAN_MAX_S
+    tick = plan_grid.candidates(2560, 10240, 1, fams, ticket=True)          # the ticket beside each cluster split
+    clustered = [c for _, c in base if c.cl]
+    assert clustered and [c for _, c in tick[len(base):]] == [c._replace(cl=0) for c in clustered]
