@@ -165,15 +165,15 @@ def triton_candidates(N, K, m, dual):
 
 def s_options(kblocks, per_cta, row_groups, uneven=False):
     """S values that keep the grid below 16 CTAs per SM: the powers of two that divide the K blocks, and with uneven
-    (gemvz since session 20: split_units) also every S up to 32 whose grid fills 90-100% of a whole
-    number (1..8) of waves of one CTA an SM, and that leaves each of the per_cta warp-units of a CTA at least one."""
+    (gemvz since session 20: split_units) also every S up to 16 whose grid stays within 6 CTAs an SM and that leaves
+    each of the per_cta warp-units of a CTA at least one (qwen2-7b.down's best, S = 3 on 112 row groups, fills no whole
+    wave: S20c1's grid)."""
     out, s = [], 1
     while kblocks % (s * per_cta) == 0 and row_groups * s <= 132 * 16:
         out.append(s)
         s *= 2
     if uneven:
-        out += [v for v in range(2, 33) if v not in out and kblocks >= v * per_cta and
-                any(0.9 * 132 * j <= row_groups * v <= 132 * j for j in range(1, 9))]
+        out += [v for v in range(2, 17) if v not in out and kblocks >= v * per_cta and row_groups * v <= 132 * 6]
     return sorted(out)
 
 

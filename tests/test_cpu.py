@@ -933,3 +933,12 @@ def test_describe_names_an_uneven_split():
     assert c.s == 3 and "K split unevenly (98 or 99 of 296 64-wide groups a CTA)" in why, why
     c, why = S.planner_config.__wrapped__(4096, 8192, 1, "compressed")
     assert S.even_split(c, 8192) and "unevenly" not in why, why
+
+
+def test_tune_s_options_add_uneven_splits_for_gemvz_only_on_request():
+    import tune
+    assert tune.s_options(296, 8, 112) == [1]                              # qwen2-7b.down, NW = 8: even S = 1 only
+    assert tune.s_options(296, 8, 112, uneven=True) == [1, 2, 3, 4, 5, 6, 7]   # its S20c1 best is S = 3
+    even = tune.s_options(128, 8, 72)
+    wide = tune.s_options(128, 8, 72, uneven=True)
+    assert set(even) < set(wide) and 11 in wide and all(72 * v <= 132 * 6 or v in even for v in wide)
