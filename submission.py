@@ -2598,21 +2598,19 @@ def plan_cost(model, fam, cfg, N, K, m):
 
 
 def even_split(cfg, K):
-    """Whether cfg's S x NW warps share the K units equally: always for gemv_kernel (its misfit rule), and for
-    gemvz_kernel where S NW divides the K/64 / UG units (split_units in csrc/common.cuh takes any S since session 20).
-    gemvt's split is uneven by design (its own rule): True, as it is not a register kernel's question."""
+    """Whether gemvz config cfg's S x NW warps share the K/64 / UG units equally (split_units in csrc/common.cuh takes
+    any S since session 20). True for every other config: gemv_kernel's misfit rule asks for the even split, and
+    gemvt_kernel's slices (any S) are not what the planner's uneven rule is about."""
     if not isinstance(cfg, GemvzConfig):
         return True
     return (K // 64 // cfg.ug) % (cfg.s * cfg.nw) == 0
 
 
-def plan_splits(base, N, K, m, dual=False, max_s=PLAN_MAX_S, even=False):
-    """{S: config} of base at every S up to max_s that fits [N, K] at m (with even, only the S whose warps share K
-    equally): cl = 2 (the cluster reduction) where it fits, else the ticket."""
+def plan_splits(base, N, K, m, dual=False, max_s=PLAN_MAX_S):
+    """{S: config} of base at every S up to max_s that fits [N, K] at m: cl = 2 (the cluster reduction) where it fits,
+    else the ticket."""
     out = {}
     for v in range(1, max_s + 1):
-        if even and not even_split(base._replace(s=v), K):
-            continue
         c = next((c for c in (base._replace(s=v, cl=cl) for cl in ((2, 0) if v > 1 else (0,)))
                   if not config_misfit(c, N, K, m, dual)), None)
         if c is not None:
@@ -2708,7 +2706,7 @@ def planner_config(N, K, m, path, dual=False):
     for rule in PLANNER:
         if rule.path != path or rule.dual != dual or not planner_serves(rule, m):
             continue
-        fits = plan_splits(rule.config, N, K, m, dual, 64, even=True)   # the rules' fit saw even splits only
+        fits = plan_splits(rule.config, N, K, m, dual, 64)
         if not fits:
             tried.append(f"{kernel_name(rule.config)} {rule.config}: {config_misfit(rule.config, N, K, m, dual)}")
             continue
