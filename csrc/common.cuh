@@ -41,7 +41,9 @@ __device__ __forceinline__ int2 split_units(int KB, int S, int sidx, int w) {
   const int wd = cn / NW, wr = cn - wd * NW;
   return make_int2((c0 + w * wd + min(w, wr)) * UNIT, (wd + (w < wr)) * UNIT);
 }
-// CTA sidx's slice {first block, end block}, in K blocks: the union of its warps' split_units shares.
+// CTA sidx's slice {first block, end block}, in K blocks: the union of its warps' split_units shares. Its first
+// lines repeat split_units': written through one shared helper, the two changed the machine code of Z(4,2,2,2,1)
+// (pooler m=16's row; same size and registers, other bytes, tools/same_code.py), which was timed as it stands.
 template <int UNIT>
 __device__ __forceinline__ int2 cta_slice(int KB, int S, int sidx) {
   const int T = KB / UNIT, d = T / S, r = T - d * S;
