@@ -6,7 +6,19 @@
 // Groups of x the helper warp keeps in flight while it stages the slice (it waits for group c - ZS_XAHEAD before it
 // issues group c): enough for the stream's need (x is a third of the weight bytes at m = 32, 128 rows a CTA), without
 // asking L2 for every CTA's whole slice at the release.
+#if defined(MUSE_ZS_XALL)
+constexpr int ZS_XAHEAD = 1 << 20;  // timing variant: every group's copies at once
+#elif defined(MUSE_ZS_X16)
+constexpr int ZS_XAHEAD = 16;       // timing variant
+#else
 constexpr int ZS_XAHEAD = 4;
+#endif
+// Timing-only variant (wrong results): MUSE_ZS_NOXWAIT, the streaming warps never wait for x.
+#ifdef MUSE_ZS_NOXWAIT
+constexpr bool kZsWaitX = false;
+#else
+constexpr bool kZsWaitX = true;
+#endif
 
 // The most 64-wide groups one CTA's slice holds (cta_slice: T = K/64/UG units over S CTAs, a or a + 1 each).
 __host__ __device__ constexpr int zs_groups(int KG, int UG, int S) { return (KG / UG + S - 1) / S * UG; }
@@ -170,7 +182,7 @@ gemvzs_kernel(const __grid_constant__ GemvArgs args) {
 #pragma unroll
           for (int u = 0; u < UG; u++) {
             const int c = i * UG + u;
-            mbar_wait(&xbar[c], 0);
+            if (kZsWaitX) mbar_wait(&xbar[c], 0);
             const unsigned char* xc = xs + (size_t)c * TOK * 128;
             uint4 xa[NB], xb[NB];
 #pragma unroll
