@@ -1276,10 +1276,10 @@ __global__ void unpackz_kernel(const uint4* __restrict__ w, const uint8_t* __res
 // asking L2 for every CTA's whole slice at the release.
 #if defined(MUSE_ZS_XALL)
 constexpr int ZS_XAHEAD = 1 << 20;  // timing variant: every group's copies at once
-#elif defined(MUSE_ZS_X16)
-constexpr int ZS_XAHEAD = 16;       // timing variant
+#elif defined(MUSE_ZS_X4)
+constexpr int ZS_XAHEAD = 4;        // timing variant
 #else
-constexpr int ZS_XAHEAD = 4;
+constexpr int ZS_XAHEAD = 16;
 #endif
 // Timing-only variant (wrong results): MUSE_ZS_NOXWAIT, the streaming warps never wait for x.
 #ifdef MUSE_ZS_NOXWAIT
@@ -1327,10 +1327,10 @@ __device__ __forceinline__ uint32_t zs_xoff(int c, int tok, int ch, int TOK) {
 // once (0.17 / 0.33 x), and the weights in flight cost registers only (DEPTH), not x.
 // PDL: weights, windows and side-table offsets before griddepcontrol.wait; x, out, ws, sem after it.
 template <int NW, int UG, int NB, int R, int PIPE>
-__global__ void __launch_bounds__((NW + 1) * 32, 1)
+__global__ void __launch_bounds__((NW + 1) * 32, PIPE == 6 ? 2 : 1)
 gemvzs_kernel(const __grid_constant__ GemvArgs args) {
   static_assert(PIPE >= 6 && PIPE <= 8, "gemvzs is gemvz PIPE 6..8");
-  constexpr int DEPTH = PIPE - 5, NS = DEPTH + 1;
+  constexpr int DEPTH = PIPE == 8 ? 3 : 2, NS = DEPTH + 1;
   constexpr int NT = NW * 32, J = R * NB, P = J * NT, RB = NW * R, TOK = 8 * NB;
   constexpr int EC = 4;  // side-table entries loaded at once by the walk
   const bf16* __restrict__ x = static_cast<const bf16*>(args.x);
@@ -1361,13 +1361,17 @@ gemvzs_kernel(const __grid_constant__ GemvArgs args) {
   if (warp == NW) {
     const int rl = lane & 15, p = lane >> 4;
     const int klo = g0 * 64, khi = slice.y * 64;
+    // every row's first EC entries (the side table is constant after prepare), in registers before the wait: the
+    // walk's first round trip to L2 is then off the critical path, for all RB blocks at once
     int beg[RB], end[RB];
+    int2 e0[RB][EC];
 #pragma unroll
     for (int b = 0; b < RB; b++) {
       const int row = (rg * RB + b) * 16 + rl;
       beg[b] = __ldg(eptr + row);
-      end[b] = __ldg(eptr + row + 1);
-      if (!kSkipCorrections && beg[b] < end[b]) asm volatile("prefetch.global.L1 [%0];" ::"l"(esc + beg[b]));
+      end[b] = kSkipCorrections ? beg[b] : __ldg(eptr + row + 1);
+#pragma unroll
+      for (int c = 0; c < EC; c++) e0[b][c] = beg[b] + c < end[b] ? __ldg(esc + beg[b] + c) : make_int2(khi, 0);
     }
     pdl_wait();
     // stage the slice: piece f = j 32 + lane of a group is token f >> 3, 16-byte piece f & 7 (8 lanes a 128-B line)
@@ -1382,28 +1386,32 @@ gemvzs_kernel(const __grid_constant__ GemvArgs args) {
       cp_async_arrive(&xbar[c]);
     }
     // the walk: a row's entries in k order, EC at a time; those outside [klo, khi) add nothing
+    auto fma_entries = [&](float (&ea)[TOK / 2], const int2 (&e)[EC]) {
+#pragma unroll
+      for (int c = 0; c < EC; c++) {
+        if (e[c].x >= klo && e[c].x < khi) {
+          const int kl = e[c].x - klo, grp = kl >> 6;
+          mbar_wait(&xbar[grp], 0);
+          const float d = __int_as_float(e[c].y);
+          const unsigned char* xe = xs + zs_xoff(grp, p, (kl >> 3) & 7, TOK) + (kl & 7) * 2;
+#pragma unroll
+          for (int q = 0; q < TOK / 2; q++)  // token p + 2q: same parity as p, so the same swizzle
+            ea[q] += d * __bfloat162float(*reinterpret_cast<const bf16*>(xe + 2 * q * 128));
+        }
+      }
+    };
 #pragma unroll
     for (int b = 0; b < RB; b++) {
       float ea[TOK / 2];
 #pragma unroll
       for (int q = 0; q < TOK / 2; q++) ea[q] = 0.f;
-      if (!kSkipCorrections) {
-        for (int j = beg[b]; j < end[b]; j += EC) {
+      fma_entries(ea, e0[b]);
+      if (e0[b][EC - 1].x < khi) {  // the row may go on in this CTA's slice: the rest, EC at a time
+        for (int j = beg[b] + EC; j < end[b]; j += EC) {
           int2 e[EC];
 #pragma unroll
           for (int c = 0; c < EC; c++) e[c] = j + c < end[b] ? __ldg(esc + j + c) : make_int2(khi, 0);
-#pragma unroll
-          for (int c = 0; c < EC; c++) {
-            if (e[c].x >= klo && e[c].x < khi) {
-              const int kl = e[c].x - klo, grp = kl >> 6;
-              mbar_wait(&xbar[grp], 0);
-              const float d = __int_as_float(e[c].y);
-              const unsigned char* xe = xs + zs_xoff(grp, p, (kl >> 3) & 7, TOK) + (kl & 7) * 2;
-#pragma unroll
-              for (int q = 0; q < TOK / 2; q++)  // token p + 2q: same parity as p, so the same swizzle
-                ea[q] += d * __bfloat162float(*reinterpret_cast<const bf16*>(xe + 2 * q * 128));
-            }
-          }
+          fma_entries(ea, e);
           if (e[EC - 1].x >= khi) break;  // k ascending: the rest of the row is past this CTA's slice
         }
       }
