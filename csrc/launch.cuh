@@ -11,7 +11,6 @@
 
 #include "gemv.cuh"
 #include "gemvz.cuh"
-#include "gemvzs.cuh"
 #include "gemvt.cuh"
 
 // ---- launch --------------------------------------------------------------------------------------
@@ -136,25 +135,11 @@ static int launch_gemv(const GemvArgs& a, const LaunchOpts& o) {
                     a.cl ? a.S : 1, a.cl ? (size_t)(a.S - 1) * R * NB * 32 * 16 : 0, o.co, a);
 }
 
-// gemvz_kernel<NW, UG, NB, R, PIPE>: the same grid, one more warp (the exception warp). PIPE 6..8 is gemvzs_kernel:
-// grid (N / 16 NW R, S), the helper warp, x's slice and cl's cbuf in dynamic shared memory (opt-in above 48 KB).
+// gemvz_kernel<NW, UG, NB, R, PIPE>: the same grid, one more warp (the exception warp).
 template <int NW, int UG, int NB, int R, int P>
 static int launch_gemvz(const GemvArgs& a, const LaunchOpts& o) {
-  if constexpr (P >= 6) {
-    const int e = opt_in_once((const void*)gemvzs_kernel<NW, UG, NB, R, P>, OPT_LARGE_SMEM);
-    if (e) return e;
-    return launch_pdl(gemvzs_kernel<NW, UG, NB, R, P>, dim3(a.N / (16 * NW * R), a.S), dim3((NW + 1) * 32), o.st,
-                      o.pdl, a.cl ? a.S : 1, zs_smem(NW, NB, R, zs_groups(a.K / 64, UG, a.S), a.S, a.cl), o.co, a);
-  } else {
-    return launch_pdl(gemvz_kernel<NW, UG, NB, R, P>, dim3(a.N / (16 * R), a.S), dim3((NW + 1) * 32), o.st, o.pdl,
-                      a.cl ? a.S : 1, a.cl ? (size_t)(a.S - 1) * R * NB * 32 * 16 : 0, o.co, a);
-  }
-}
-// The kernel of a gemvz config (muse_attrs): gemvz_kernel, or gemvzs_kernel for PIPE 6..8.
-template <int NW, int UG, int NB, int R, int P>
-static const void* gemvz_fn() {
-  if constexpr (P >= 6) return (const void*)gemvzs_kernel<NW, UG, NB, R, P>;
-  else return (const void*)gemvz_kernel<NW, UG, NB, R, P>;
+  return launch_pdl(gemvz_kernel<NW, UG, NB, R, P>, dim3(a.N / (16 * R), a.S), dim3((NW + 1) * 32), o.st, o.pdl,
+                    a.cl ? a.S : 1, a.cl ? (size_t)(a.S - 1) * R * NB * 32 * 16 : 0, o.co, a);
 }
 
 // gemvt_kernel<NW, ST, NB, KA>: grid (N / 16NW, S), NW consumer warps + the producer, the ring in dynamic smem (opt-in
@@ -199,7 +184,7 @@ int muse_attrs(int kind, const int* t, int* res) {
 #define ATTRS_C3(NW_, U_, NB_, R_, D_, P_) \
   if (MUSE_IS_C3(NW_, U_, NB_, R_, D_, P_)) return func_attrs((const void*)gemv_kernel<NW_, U_, NB_, R_, D_, P_>, res);
 #define ATTRS_Z3(NW_, U_, NB_, R_, P_) \
-  if (MUSE_IS_Z3(NW_, U_, NB_, R_, P_)) return func_attrs(gemvz_fn<NW_, U_, NB_, R_, P_>(), res);
+  if (MUSE_IS_Z3(NW_, U_, NB_, R_, P_)) return func_attrs((const void*)gemvz_kernel<NW_, U_, NB_, R_, P_>, res);
 #define ATTRS_T3(NW_, ST_, NB_, KA_) \
   if (MUSE_IS_T3(NW_, ST_, NB_, KA_)) return func_attrs((const void*)gemvt_kernel<NW_, ST_, NB_, KA_>, res);
   GEMV_CONFIGS(ATTRS_C3)

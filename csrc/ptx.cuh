@@ -2,7 +2,7 @@
 // defines: ld_stream, ld_x, ld_x1_if, ld_esc_if, mma16816, prmt, pdl_trigger, pdl_wait,
 //          named_bar_arrive1, named_bar_sync1, cluster_arrive_relaxed / _release, cluster_wait_acquire, cluster_rank,
 //          map_shared, st_cluster, cluster_mbar, mbar_init_expect, st_async, mbar_wait0, prefetch_l2, smem_u32,
-//          mbar_init, mbar_expect_tx, mbar_arrive, mbar_wait, cp_async16, cp_async_arrive, bulk_load, policy_evict_first, tma_load_2d, wg_fence,
+//          mbar_init, mbar_expect_tx, mbar_arrive, mbar_wait, bulk_load, policy_evict_first, tma_load_2d, wg_fence,
 //          wg_commit, wg_wait0, wg_wait1, wg_pin, wg_desc, wgmma_ss
 #pragma once
 #include <cuda.h>  // CUtensorMap (gemvt_kernel's TMA descriptors; the driver entry point is fetched at run time)
@@ -146,15 +146,6 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* b, uint32_t parity
     asm volatile("{\n .reg .pred q;\n mbarrier.try_wait.parity.shared::cta.b64 q, [%1], %2;\n selp.u32 %0, 1, 0, q;\n}"
                  : "=r"(done) : "r"(a), "r"(parity) : "memory");
   } while (!done);
-}
-// gemvzs: 16 bytes of x into shared memory, through L2 only (cp.async.cg); src_bytes = 0 writes zeros (tokens past M).
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-// gemvzs: one arrival on b once every cp.async this thread issued before it has landed (noinc: the barrier was
-// initialised with one expected arrival per issuing thread).
-__device__ __forceinline__ void cp_async_arrive(unsigned long long* b) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_u32(b)) : "memory");
 }
 // Bulk copy (TMA, no descriptor) of `bytes` contiguous bytes into shared memory at dst; they complete_tx on bar.
 // The L2 policy evict_first: weights are read once, x and the workspace stay.
