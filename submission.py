@@ -3082,7 +3082,7 @@ def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=
         except _NoCompression as e:
             if path == "compressed":
                 raise ValueError(f"layer '{name}' cannot be compressed: {e}") from None
-            compressible = L.z_note = f"not used: {e}"
+            compressible, L.z_note = str(e), f"not used: {e}"   # plan_for says "compressed not used: <why>"
     elif compressible is not True:
         L.z_note = f"not used: {compressible}"
     else:
