@@ -68,6 +68,22 @@ def test_case_plan_on_the_cpu_is_plan_for_with_the_fields_replaced():
         cases.planned("router:8:ug=2")                 # the router is plain (DUAL): a GemvConfig has no ug
 
 
+def test_case_with_another_kernel_family_builds_its_config_from_the_fields():
+    # e.g. a plain m <= 16 shape that the planner sends to gemv, timed on gemvt's uneven split (OPEN #30 0e)
+    assert cases.parse("o_proj:8:plain:gemvt:s=2") == ("o_proj", 8, "plain", {"s": 2, "kind": S.KINDS.index("gemvt")})
+    p = cases.planned("qwen2-7b.down:1:plain:gemvt:nw=4:st=4:ka=2:s=3:cl=2")
+    assert p.config == S.GemvtConfig(nw=4, s=3, st=4, ka=2, cl=2) and (p.N, p.K) == (3584, 18944)
+    assert cases.inst_of(p.config, p.m, p.dual) == ("gemvt", (4, 4, 1, 2))
+    same = cases.planned("qwen2-7b.down:1:plain:gemv:s=1")           # the plan's own family: fields replaced as usual
+    assert same.config == cases.planned("qwen2-7b.down:1:plain").config
+    for bad, msg in (("qwen2-7b.down:1:plain:gemvt:nw=4:s=3", r"needs the field\(s\) \['ka', 'st'\]"),
+                     ("qwen2-7b.down:1:plain:gemvt:nw=4:st=4:ka=2:s=3:ug=1", r"has no field\(s\) \['ug'\]")):
+        with pytest.raises(SystemExit, match=msg):
+            cases.planned(bad)
+    with pytest.raises(SystemExit, match="cannot read"):
+        cases.parse("o_proj:8:gemv:gemvt")
+
+
 def test_instantiation_of_each_config_kind_names_its_kernel_and_template_args():
     assert cases.inst_of(S.GemvConfig(8, 4, 2, 1, 3, 0), 16, True) == ("gemv", (8, 2, 2, 1, True, 3))
     assert cases.inst_of(S.GemvzConfig(4, 1, 2, 2, 5, 0), 1, False) == ("gemvz", (4, 2, 1, 2, 5))

@@ -1,7 +1,9 @@
 """The case and variant specs the tools share (ab, ncu_case, trace_chain).
 
-A case is 'layer:m[:plain|compressed][:field=value...]': a scored layer (or a public-config shape of `judge.py --shapes
-public`, planned by the planner) at m, optionally forced onto one CUDA path, its planned config with fields replaced.
+A case is 'layer:m[:plain|compressed][:gemv|gemvz|gemvt][:field=value...]': a scored layer (or a public-config shape of
+`judge.py --shapes public`, planned by the planner) at m, optionally forced onto one CUDA path, its planned config with
+fields replaced; a kernel family other than the plan's (e.g. 'qwen2-7b.down:1:plain:gemvt:nw=4:st=4:ka=2:s=3') takes a
+config of that family built from the fields, its defaults for the fields left out.
 Fields that are not config fields (CASE_FIELDS) change the data: wseed / xseed draw the weights / x with another seed
 (judge.py's timing uses wseed=99, xseed=99+m); bal=G reorders the weight rows so that every group of G rows (a CTA's
 rows: 16 R) holds about as many out-of-window weights (a different matrix with the same values, for timing how the
@@ -23,6 +25,7 @@ import judge  # noqa: E402
 import submission as S  # noqa: E402
 
 CASE_FIELDS = ("wseed", "xseed", "bal")
+FAMILIES = {"gemv": S.GemvConfig, "gemvz": S.GemvzConfig, "gemvt": S.GemvtConfig}   # a case's kernel family token
 # what a case plans at m, found on the CPU (planned): enough to compile its instantiation before any GPU work
 Planned = collections.namedtuple("Planned", "config N K m dual")
 
@@ -34,21 +37,27 @@ def layer_spec(name):
 
 
 def parse(spec):
-    """'pooler:1:compressed:pf=1' -> ('pooler', 1, 'compressed', {'pf': 1}); SystemExit naming what is wrong."""
+    """'pooler:1:compressed:pf=1' -> ('pooler', 1, 'compressed', {'pf': 1}); a family token is the field 'kind' (its
+    index in submission.KINDS: 'o_proj:8:plain:gemvt:s=2' -> ('o_proj', 8, 'plain', {'kind': 2, 's': 2})). SystemExit
+    naming what is wrong."""
     name, *rest = spec.split(":")
     if layer_spec(name) is None or not rest or not rest[0].isdigit():
-        raise SystemExit(f"case {spec!r}: expected 'layer:m[:plain|compressed][:field=value...]' with a layer "
-                         f"in {', '.join(judge.LAYERS)} or a public shape in {', '.join(judge.SHAPE_SETS['public'])}")
+        raise SystemExit(f"case {spec!r}: expected 'layer:m[:plain|compressed][:gemv|gemvz|gemvt][:field=value...]' "
+                         f"with a layer in {', '.join(judge.LAYERS)} or a public shape in "
+                         f"{', '.join(judge.SHAPE_SETS['public'])}")
     m, rest = int(rest[0]), rest[1:]
     path = next((r for r in rest if r in ("plain", "compressed")), None)
-    bad = [r for r in rest if r not in ("plain", "compressed") and "=" not in r]
-    if bad:
-        raise SystemExit(f"case {spec!r}: cannot read {bad}")
+    fams = [r for r in rest if r in FAMILIES]
+    bad = [r for r in rest if r not in ("plain", "compressed") and r not in FAMILIES and "=" not in r]
+    if bad or len(fams) > 1:
+        raise SystemExit(f"case {spec!r}: cannot read {bad or fams}")
     try:
         fields = {k: int(v) for k, v in (r.split("=", 1) for r in rest if "=" in r)}
     except ValueError:
         raise SystemExit(f"case {spec!r}: field values must be integers") from None
-    known = set(CASE_FIELDS).union(*(c._fields for c in (S.GemvConfig, S.GemvzConfig, S.GemvtConfig)))
+    if fams:
+        fields["kind"] = S.KINDS.index(fams[0])
+    known = set(CASE_FIELDS).union(*(c._fields for c in FAMILIES.values())) | {"kind"}
     unknown = sorted(set(fields) - known)
     if unknown:
         raise SystemExit(f"case {spec!r}: unknown field(s) {unknown}; expected one of {', '.join(sorted(known))} "
@@ -57,8 +66,19 @@ def parse(spec):
 
 
 def replaced(spec, cfg, fields):
-    """cfg with the case's config fields replaced; SystemExit when the plan's config lacks one of them."""
+    """cfg with the case's config fields replaced; with a family ('kind') other than cfg's, a config of that family from
+    the fields and its defaults. SystemExit when the config lacks a field, or the family's needs one not given."""
     fields = {k: v for k, v in fields.items() if k not in CASE_FIELDS}
+    if "kind" in fields:
+        cls = FAMILIES[S.KINDS[fields.pop("kind")]]
+        if not isinstance(cfg, cls):
+            need = sorted(set(cls._fields[:len(cls._fields) - len(cls._field_defaults)]) - set(fields))
+            if need:
+                raise SystemExit(f"case {spec!r}: a {cls.__name__} needs the field(s) {need}")
+            extra = sorted(set(fields) - set(cls._fields))
+            if extra:
+                raise SystemExit(f"case {spec!r}: a {cls.__name__} has no field(s) {extra}")
+            return cls(**fields)
     if not fields:
         return cfg
     missing = sorted(set(fields) - set(cfg._fields if cfg is not None else ()))
