@@ -78,11 +78,12 @@ HOLDOUT_SHAPES = [  # (name, N, K, where the numbers come from)
     ("mistral-nemo.o", 5120, 4096, "Mistral-NeMo-12B: 32 heads of 128 -> hidden 5120"),
     ("llama2-13b.o", 5120, 5120, "Llama-2-13B: hidden 5120"),
 ]
-SHAPE_SETS = {
-    "scored": LAYERS,
-    "public": {n: {"layer": n, "N": N, "K": K, "dtype": "bf16", "source": src} for n, N, K, src in PUBLIC_SHAPES},
-    "holdout": {n: {"layer": n, "N": N, "K": K, "dtype": "bf16", "source": src} for n, N, K, src in HOLDOUT_SHAPES},
-}
+def _bf16_layers(rows):
+    """(name, N, K, source) rows as LAYERS-style entries of bf16 layers."""
+    return {n: {"layer": n, "N": N, "K": K, "dtype": "bf16", "source": src} for n, N, K, src in rows}
+
+
+SHAPE_SETS = {"scored": LAYERS, "public": _bf16_layers(PUBLIC_SHAPES), "holdout": _bf16_layers(HOLDOUT_SHAPES)}
 PUBLIC_M = [1, 8, 16, 32]
 
 
