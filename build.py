@@ -219,7 +219,7 @@ def shapes_literal(layers):
 
 def instances(crows, zwin, layers):
     """(kind, template args) of every config a table row, the planner (submission.PLANNER, PLAN_MODELS) or the default rule can
-    ask for."""
+    ask for, and each compressed one's cooperative-walk twin."""
     inst = set()
     for r in crows:
         nb, dual = nb_of(r["m"]), layers[r["layer"]]["dtype"] == "fp32"
@@ -231,15 +231,19 @@ def instances(crows, zwin, layers):
         inst.add(("gemvz", (cfg_of(r, "nw"), cfg_of(r, "ug"), nb_of(r["m"]), cfg_of(r, "r"), cfg_of(r, "pipe"))))
     for rule in sub.PLANNER:        # the planner's families (one NB each: submission.planner_serves), tables or not
         inst.add(sub.instance_of(rule.config, rule.m_max, rule.dual))
-    for model in sub.PLAN_MODELS:   # the cost model's candidates, at the NB of their class
-        for fam in model.families:
-            inst.add(sub.instance_of(fam.config, 8 * model.nb, False))
+    for model in sub.PLAN_MODELS:   # the cost model's candidates, at the NB of their class (gemvt's at every NB: plain
+        for fam in model.families:  # bf16 m <= 16 takes them too, submission.plain_gemvt)
+            for nb in ((1, 2, 4) if isinstance(fam.config, sub.GemvtConfig) else (model.nb,)):
+                inst.add(sub.instance_of(fam.config, 8 * nb, False))
     for nb in (1, 2, 4):
         for nw, u, rr, pipe in sub.DEFAULT_GEMV:
             for dual in (False, True):
                 inst.add(("gemv", (nw, u, nb, rr, dual, pipe)))
         for nw, ug, rr, pipe in sub.DEFAULT_GEMVZ:
             inst.add(("gemvz", (nw, ug, nb, rr, pipe)))
+    # every compressed config also with the cooperative exception walk (PIPE + 8): prepare takes it for a layer whose
+    # worst row is over CAPR_LIMITS (submission._walk_for), whichever table row or planner family planned it
+    inst |= {("gemvz", (*a[:4], a[4] + 8)) for k, a in inst if k == "gemvz" and a[4] < 8}
     return sorted(inst)
 
 

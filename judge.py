@@ -7,7 +7,7 @@
     python judge.py --shapes public      # layer shapes of public models, in no table: the planner's score
     python judge.py --shapes holdout     # more such shapes, never used to fit the planner's cost model
     python judge.py --no-tables          # the 30 shapes with the tables ignored (planner only): ...-notables.json
-    python judge.py --weights rowscaled  # another weight distribution (gaussian, heavy, rowscaled; default trained)
+    python judge.py --weights rowscaled  # another weight distribution (gaussian, heavy, rowscaled, colscaled; default trained)
 
 Correctness (../shared/SPEC.md): float64 reference on the device; bf16 outputs within
 2**-7 |ref| + 2**-10 max|ref_row|, fp32 (router) rows within 1e-5 normwise; one-hot probe rows return
@@ -128,6 +128,15 @@ def row_scaled(N, K, seed, device="cpu", dtype=torch.bfloat16):
     return (0.02 * torch.randn(N, K, generator=g) * 2.0 ** u).to(dtype).to(device)
 
 
+def col_scaled(N, K, seed, device="cpu", dtype=torch.bfloat16):
+    """randn * 0.02 * 2**u, u uniform in [-4, 4] per column: columns of different scale, as when an input-side scale is
+    folded into a weight. A row then spans the columns' scales, so no window of one row holds them: about 0.35% out of
+    window, over every exception limit, and prepare refuses compression (the plain path's own distribution)."""
+    g = torch.Generator().manual_seed(seed)
+    u = torch.rand(1, K, generator=g) * 8 - 4
+    return (0.02 * torch.randn(N, K, generator=g) * 2.0 ** u).to(dtype).to(device)
+
+
 def outliers(p):
     """A generator like the ones above: Gaussian weights (0.02) with a share p of them replaced by outliers
     +-(1 + u) * 2**e, e uniform in 5..10: 11 to 19 binades above the Gaussian's largest, so no row's window takes them
@@ -144,7 +153,8 @@ def outliers(p):
 
 
 # --weights: the weight distribution the judge draws (the scored run uses trained_like, as SPEC says)
-WEIGHTS = {"trained": trained_like, "gaussian": gaussian, "heavy": heavy_tailed, "rowscaled": row_scaled}
+WEIGHTS = {"trained": trained_like, "gaussian": gaussian, "heavy": heavy_tailed, "rowscaled": row_scaled,
+           "colscaled": col_scaled}
 
 
 def fresh_x(m, K, seed, device):

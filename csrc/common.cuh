@@ -167,6 +167,9 @@ __device__ __forceinline__ bool cluster_combine(float4 (&res)[J], float4* cbuf, 
 // thread arrives once on the cluster barrier (cluster_combine waits on it before any remote store).
 template <int P>
 __device__ __forceinline__ void cluster_start(int cl, int S) {
+#ifdef MUSE_ABL_NOCOMB  // timing only: no cluster handshake either (combine_store skips the combine)
+  return;
+#endif
   if (!cl) return;
   if (cl == 2 && threadIdx.x == 0 && cluster_rank() == 0) mbar_init_expect(cluster_mbar(), (uint32_t)(S - 1) * P * 16u);
   cluster_arrive_relaxed();
@@ -252,7 +255,11 @@ __device__ __forceinline__ void combine_store(float4 (&res)[J], MuseTrace& tr_, 
                                               float4* __restrict__ ws, int* __restrict__ sem, int rg, int sidx,
                                               int S, int cl, int M, int N) {
   const int tid = threadIdx.x;
+#ifdef MUSE_ABL_NOCOMB  // timing only (tools/ab.py, FINDINGS 25): no split-K combine, CTA 0 of a group stores its part
+  const bool store = sidx == 0;
+#else
   const bool store = cl ? cluster_combine<J, P, NT>(res, cbuf, S, cl) : splitk_combine<J, P, NT>(res, ws, sem, rg, sidx, S);
+#endif
   TR_C(4)
   if (store) {
 #pragma unroll

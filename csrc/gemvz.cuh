@@ -71,6 +71,99 @@ __device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)
   }
 }
 
+// ---- the cooperative walk (gemvz PIPE 8..13 = PIPE 0..5 with it) ----------------------------------------------
+// The CTA's rows' entries are one contiguous run of the side table, esc[roff[0] .. roff[16 R]). Lane l takes the l-th
+// of 32 equal contiguous pieces of that run, with all 8 NB tokens, so a row with many out-of-window weights is walked by
+// several lanes at once. The per-row walk gives a row to one lane, and that lane's chain of chunks sets the CTA's time
+// once a row holds more than about 50 (FINDINGS 22). A row inside one lane's piece is summed there in k order; a row
+// split between lanes is summed per lane, then over the lanes in lane order, so every call gives the same bits. roff,
+// part and prow are the exception warp's shared memory; ecorr as gemvz_kernel's. prepare takes it where the worst row is
+// over CAPR_LIMITS (submission._walk_for): flat in the worst row, but 0.4-1.6 us slower than the per-row walk on some
+// rows where no row is long (it walks the rows' entries of all K, FINDINGS 25). Lab: labs/lab3_compress.py coop_pieces.
+template <int NB, int R, int EC>
+__device__ __forceinline__ void coop_walk(float (&ecorr)[R * 16][NB * 8 + 1], const int* roff, float (&part)[32][2][NB * 8],
+                                          int (&prow)[32][2], const int2* __restrict__ esc, const bf16* __restrict__ x,
+                                          int M, int K, int klo, int khi, int lane) {
+  constexpr int RB = R * 16, TK = NB * 8;
+  const int E0 = roff[0], n = roff[RB] - E0, c = (n + 31) >> 5;
+  const int a = E0 + min(lane * c, n), b = E0 + min(lane * c + c, n);
+  for (int r = lane; r < RB; r += 32)
+#pragma unroll
+    for (int q = 0; q < TK; q++) ecorr[r][q] = 0.f;
+  prow[lane][0] = prow[lane][1] = -1;
+  __syncwarp();
+  if (!kSkipCorrections && a < b) {
+    int lo = 0, hi = RB;  // the row that holds entry a: the last r with roff[r] <= a (roff[RB] > a)
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) >> 1;
+      if (roff[mid] <= a) lo = mid;
+      else hi = mid;
+    }
+    const int first = lo;
+    int cur = lo;
+    float ea[TK];
+#pragma unroll
+    for (int q = 0; q < TK; q++) ea[q] = 0.f;
+    auto flush = [&](int row) {  // a row inside the piece goes to ecorr, a split one to the lane's part slot
+      if (roff[row] >= a && roff[row + 1] <= b) {
+#pragma unroll
+        for (int q = 0; q < TK; q++) ecorr[row][q] = ea[q];
+      } else {
+        const int sl = row == first ? 0 : 1;
+        prow[lane][sl] = row;
+#pragma unroll
+        for (int q = 0; q < TK; q++) part[lane][sl][q] = ea[q];
+      }
+#pragma unroll
+      for (int q = 0; q < TK; q++) ea[q] = 0.f;
+    };
+    for (int j = a; j < b; j += EC) {
+      int2 e[EC];
+#pragma unroll
+      for (int cc = 0; cc < EC; cc++) e[cc] = ld_esc_if(esc + j + cc, j + cc < b, make_int2(khi, 0));
+      float xv[EC][TK];
+#pragma unroll
+      for (int cc = 0; cc < EC; cc++)
+#pragma unroll
+        for (int q = 0; q < TK; q++)
+          xv[cc][q] = ld_x1_if(x + (size_t)q * K + e[cc].x, e[cc].x >= klo && e[cc].x < khi && q < M);
+#pragma unroll
+      for (int cc = 0; cc < EC; cc++) {
+        if (j + cc < b) {
+          while (j + cc >= roff[cur + 1]) {
+            flush(cur);
+            cur++;
+          }
+          if (e[cc].x >= klo && e[cc].x < khi) {
+            const float d = __int_as_float(e[cc].y);
+#pragma unroll
+            for (int q = 0; q < TK; q++) ea[q] += d * xv[cc][q];  // tok >= M: x read as 0, never stored
+          }
+        }
+      }
+    }
+    flush(cur);
+  }
+  __syncwarp();
+  for (int r = lane; r < RB; r += 32) {  // the split rows: their lanes' sums added in lane order
+    bool any = false;
+    float sum[TK];
+#pragma unroll
+    for (int q = 0; q < TK; q++) sum[q] = 0.f;
+    for (int l = 0; l < 32; l++)
+#pragma unroll
+      for (int sl = 0; sl < 2; sl++)
+        if (prow[l][sl] == r) {
+          any = true;
+#pragma unroll
+          for (int q = 0; q < TK; q++) sum[q] += part[l][sl][q];
+        }
+    if (any)
+#pragma unroll
+      for (int q = 0; q < TK; q++) ecorr[r][q] = sum[q];
+  }
+}
+
 // ---- gemvz_kernel: the compressed GEMV with its exception warp ------------------------------------
 // Contract: x as gemv_kernel; w = pack_z's stream: [N/16][K/64][A0 32 units | A1 32 units | C 32 units]
 // of 16 B; zbase uint8 [N], each row's window; the side table in CSR: row r's exceptions are
@@ -98,9 +191,11 @@ __device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)
 // the corrections (wrong results: tools/ab.py times what they cost; a GPU test checks that they matter).
 // Lab: labs/lab3_compress.py (format, decz, the kernel in miniature).
 template <int NW, int UG, int NB, int R, int PIPE>
-__global__ void __launch_bounds__((NW + 1) * 32, MIN_BLOCKS(PIPE))
+__global__ void __launch_bounds__((NW + 1) * 32, MIN_BLOCKS(PIPE & 7))
 gemvz_kernel(const __grid_constant__ GemvArgs args) {
-  static_assert(PIPE >= 0 && PIPE <= 5, "PIPE is 0..5");
+  static_assert((PIPE & 7) <= 5 && PIPE <= 13, "PIPE is 0..5, or 8..13 for the same loops with the cooperative walk");
+  constexpr int LOOP = PIPE & 7;    // the streaming warps' loop (PIPE 0..5)
+  constexpr bool COOP = PIPE >= 8;  // the exception warp's walk: cooperative (coop_walk) or one lane a row
   const bf16* __restrict__ x = static_cast<const bf16*>(args.x);
   const uint4* __restrict__ w = static_cast<const uint4*>(args.w);
   const int* __restrict__ eptr = static_cast<const int*>(args.eptr);
@@ -126,7 +221,20 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
   __shared__ float ecorr[R * 16][NB * 8 + 1];  // +1: the 16 rows of a block land in 16 different banks
   TR_EXC_DECL
 
-  if (warp == NW) {
+  if (warp == NW && COOP) {
+    if constexpr (COOP) {
+      __shared__ int roff[R * 16 + 1];
+      __shared__ float part[32][2][NB * 8];
+      __shared__ int prow[32][2];
+      const int2 slice = cta_slice<UG>(KG, S, sidx);
+      for (int i = lane; i <= R * 16; i += 32) roff[i] = __ldg(eptr + rg * R * 16 + i);  // constant: before the wait
+      __syncwarp();
+      pdl_wait();
+      if constexpr (LATE) named_bar_sync1((NW + 1) * 32);
+      coop_walk<NB, R, EC>(ecorr, roff, part, prow, esc, x, M, K, slice.x * 64, slice.y * 64, lane);
+    }
+    TR_EXC_END
+  } else if (warp == NW) {
     const int rl = lane & 15, p = lane >> 4;
     const int2 slice = cta_slice<UG>(KG, S, sidx);
     const int klo = slice.x * 64, khi = slice.y * 64;
@@ -265,7 +373,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
         if (i == 0) named_bar_arrive1((NW + 1) * 32);
     };
 
-    if constexpr (PIPE == 0 || PIPE == 3) {
+    if constexpr (LOOP == 0 || LOOP == 3) {
       for (int i = 0; i < KGW; i += UG) {
         if (i > 0) load_zbatch<UG, R>(z, wp, rstride, i);
 #pragma unroll
@@ -283,7 +391,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
         let_exception_warp_go(i);
       }
     } else {
-      constexpr bool XAHEAD = PIPE >= 4;
+      constexpr bool XAHEAD = LOOP >= 4;
       // x of trip i's groups: xa = k 0..31, xb = k 32..63 of each
       auto load_x = [&](uint4 (&xa_)[UG][NB], uint4 (&xb_)[UG][NB], int i) {
         load_xbatch<UG, NB, 64>(xa_, xr, i);

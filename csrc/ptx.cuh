@@ -20,7 +20,13 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
 }
 
 // x is read by every CTA of the launch: the cached read-only path (L1 + L2), 16 bytes = 8 tokens' k.
+#ifdef MUSE_ABL_NOX  // timing only (tools/ab.py, FINDINGS 25): no x load, constant fragments; wrong on purpose
+__device__ __forceinline__ uint4 ld_x(const bf16* p) {
+  return make_uint4(0x3f803f80u, 0x3f803f80u, 0x3f803f80u, (uint32_t)(size_t)p & 0x3f803f80u);
+}
+#else
 __device__ __forceinline__ uint4 ld_x(const bf16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+#endif
 
 // gemvz's exception warp, R >= 2: one x value (0 when !on) and one side-table entry (dflt when !on), each a
 // predicated load in the PTX, so no branch goes around it. Both volatile: they stay after pdl_wait (an entry load
@@ -57,7 +63,11 @@ __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.lau
 
 // PDL: wait until the previous kernel has finished and its writes are visible. Everything a previous
 // kernel may write or read (x, out, ws, sem) is touched only after this; weights may be read before.
+#ifdef MUSE_ABL_NOWAIT  // timing only (tools/ab.py, FINDINGS 25): no dependency on the previous launch
+__device__ __forceinline__ void pdl_wait() {}
+#else
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+#endif
 
 // Named barrier 1 (0 is __syncthreads): n threads in all, arrivals from some warps and a sync in others.
 __device__ __forceinline__ void named_bar_arrive1(int n) { asm volatile("bar.arrive 1, %0;" ::"r"(n) : "memory"); }

@@ -288,9 +288,62 @@ def exc_chunk(nb):
     return 2 if nb == 4 else 4
 
 
-def gemvz_emulate(stream, zbase, eptr, esc, x, N, K, nw, s, ug, corrections=True):
+def coop_pieces(n, lanes=32):
+    """coop_walk's split of a CTA's n side-table entries (one contiguous run): lane l takes [l c, l c + c) clipped to n,
+    c = ceil(n / 32). Returns [(a, b)] per lane, offsets into the run."""
+    c = (n + lanes - 1) // lanes
+    return [(min(l * c, n), min(l * c + c, n)) for l in range(lanes)]
+
+
+def coop_ecorr(eptr, esc, x, row0, rows, klo, khi, NB, EC):
+    """ecorr [rows, 8 NB] as gemvz's cooperative walk (PIPE 8..13, coop_walk) computes it for the CTA's rows row0 ..
+    row0 + rows - 1 and K slice [klo, khi): each lane sums its piece in k order, one fma a term; a row inside one lane's
+    piece is that lane's sum, a row split between lanes the sum of the lanes' sums in lane order (fp32 adds from 0)."""
+    M = x.shape[0]
+    roff = [int(eptr[row0 + i]) for i in range(rows + 1)]
+    E0, n = roff[0], roff[rows] - roff[0]
+    ecorr = np.zeros((rows, NB * 8), np.float32)
+    parts = []                                                           # (lane, slot, row, sums)
+    for lane, (a, b) in enumerate(coop_pieces(n)):
+        a, b = E0 + a, E0 + b
+        if a >= b:
+            continue
+        first = max(r for r in range(rows) if roff[r] <= a)
+        cur, ea = first, np.zeros(NB * 8, np.float32)
+
+        def flush(row):
+            if roff[row] >= a and roff[row + 1] <= b:
+                ecorr[row] = ea
+            else:
+                parts.append((lane, 0 if row == first else 1, row, ea.copy()))
+            ea[:] = 0
+
+        for j in range(a, b, EC):
+            for i in range(j, min(j + EC, b)):
+                while i >= roff[cur + 1]:
+                    flush(cur)
+                    cur += 1
+                k, cbits = int(esc[i, 0]), int(esc[i, 1])
+                if klo <= k < khi:
+                    d = np.int32(cbits).view(np.float32)
+                    for tok in range(NB * 8):
+                        xv = x[tok, k] if tok < M else 0.0
+                        ea[tok] = np.float32(float(ea[tok]) + float(d) * xv)
+        flush(cur)
+    for r in range(rows):                                               # the split rows, in lane order
+        mine = sorted((l, sl, v) for l, sl, row, v in parts if row == r)
+        if mine:
+            acc = np.zeros(NB * 8, np.float32)
+            for _, _, v in mine:
+                acc = (acc + v).astype(np.float32)
+            ecorr[r] = acc
+    return ecorr
+
+
+def gemvz_emulate(stream, zbase, eptr, esc, x, N, K, nw, s, ug, corrections=True, coop=False):
     """y [m, N] as gemvz_kernel<NW=nw, UG=ug, NB> with S = s computes it, in fp32 (returned as float64,
-    before store_tile's bf16 rounding). x: [m, K] values. corrections=False is a MUSE_SKIP_CORRECTIONS build (skips them)."""
+    before store_tile's bf16 rounding). x: [m, K] values. corrections=False is a MUSE_SKIP_CORRECTIONS build (skips them);
+    coop=True the cooperative walk (PIPE 8..13: coop_ecorr) instead of one lane a row."""
     x = np.asarray(x, np.float64)
     M = x.shape[0]
     NB, NW, S, UG = nb_of(M), nw, s, ug
@@ -309,7 +362,9 @@ def gemvz_emulate(stream, zbase, eptr, esc, x, N, K, nw, s, ug, corrections=True
             ecorr = np.zeros((16, NB * 8), np.float32)
             # warp NW: the exception warp. lane -> row r = lane & 15, tokens p, p+2, ... (p = lane >> 4)
             klo, khi = (c * UG * 64 for c in cta_units(T, S, sidx))
-            for lane in range(32):
+            if coop and corrections:
+                ecorr = coop_ecorr(eptr, esc, x, rb * 16, 16, klo, khi, NB, EC)
+            for lane in range(32 if not coop else 0):
                 r, p = lane & 15, lane >> 4
                 ea = np.zeros(NB * 4, np.float32)
                 if corrections:

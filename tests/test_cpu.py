@@ -71,7 +71,7 @@ def test_every_table_row_and_default_is_compiled_in():
             assert S.instance_of(S.GemvzConfig(nw, 1, ug, r, pipe, 0), m) in compiled
 
 
-def test_the_shipped_source_compiles_only_what_a_table_row_or_the_default_rule_reaches():
+def test_the_shipped_source_compiles_only_what_a_table_row_the_planner_or_the_default_rule_reaches():
     reach, tabled = set(), build.load_tables()[1]
     for (name, m), cfg in list(S.CTABLE.items()) + list(S.ZTABLE.items()):
         reach.add(S.instance_of(cfg, m, tabled[name]["dtype"] == "fp32"))
@@ -79,9 +79,13 @@ def test_the_shipped_source_compiles_only_what_a_table_row_or_the_default_rule_r
         reach |= {S.instance_of(rule.config, m, rule.dual) for m in range(1, S.MAX_M + 1) if S.planner_serves(rule, m)}
     for model in S.PLAN_MODELS:
         reach |= {S.instance_of(f.config, 8 * model.nb, False) for f in model.families}
+        reach |= {S.instance_of(f.config, m, False) for f in model.families for m in (1, 9)   # plain_gemvt
+                  if isinstance(f.config, S.GemvtConfig)}
     for m in (1, 9, 17):
         reach |= {S.instance_of(S.GemvConfig(nw, 1, u, r, p, 0), m, bool(d)) for nw, u, r, p in S.DEFAULT_GEMV for d in (0, 1)}
         reach |= {S.instance_of(S.GemvzConfig(nw, 1, u, r, p, 0), m) for nw, u, r, p in S.DEFAULT_GEMVZ}
+    # and each compressed config's cooperative-walk twin (PIPE + 8), which prepare takes for a long worst row
+    reach |= {(k, (*a[:4], a[4] + 8)) for k, a in reach if k == "gemvz"}
     assert _compiled() == reach
 
 
@@ -741,20 +745,71 @@ def test_exception_rate_limits_decide_per_m_and_say_why():
         assert all(isinstance(S._z_pays(z2, m), str) for m in (1, 8, 16, 32))
 
 
-def test_a_row_with_many_exceptions_runs_plain_where_its_walk_outlasts_the_stream():
-    """CAPR_LIMITS (tools/capr_probe.py, FINDINGS 22): at a low rate, a layer whose worst row holds more exceptions
-    than an m range's limit runs plain there, and the reason names the limit; the trained-looking capr of the scored
-    shapes (5-11) is far below both limits."""
+def _zpack_rows(N, K, per_row):
+    """A ZPack whose side table has per_row[r] entries in row r (only the counts matter to the walk rules)."""
+    per_row = torch.as_tensor(per_row, dtype=torch.int64)
+    eptr = torch.zeros(N + 1, dtype=torch.int32)
+    eptr[1:] = torch.cumsum(per_row, 0).to(torch.int32)
+    n = int(per_row.sum())
+    return S.ZPack(torch.zeros(N // 16, K // 64, 1536, dtype=torch.uint8), torch.zeros(N, dtype=torch.uint8), eptr,
+                   None, int(per_row.max()), n, [], 0)
+
+
+def test_a_row_with_many_exceptions_takes_the_cooperative_walk_and_a_long_chain_runs_plain():
+    """CAPR_LIMITS (tools/capr_probe.py, FINDINGS 22, 25): a worst row within an m range's limit keeps the per-row
+    walk; over it, the cooperative walk (PIPE + 8) while the CTA's entries dealt to 32 lanes stay within the limit,
+    and the describe() reason says so; where even that chain is over it, the m range runs plain and the reason names
+    the limit. The trained-looking capr of the scored shapes (4-21) is far below both limits."""
     (m_lo, c_lo), (m_hi, c_hi) = S.CAPR_LIMITS
-    assert m_lo == 8 and m_hi == S.MAX_M and 11 < c_hi < c_lo == S.MAX_CAPR   # over every limit: not compressed
+    assert m_lo == 8 and m_hi == S.MAX_M and 21 < c_hi < c_lo == S.MAX_CAPR
     N, K = 2048, 16384
-    z = S.ZPack(torch.zeros(N // 16, K // 64, 1536, dtype=torch.uint8), torch.zeros(N, dtype=torch.uint8), None,
-                None, (c_lo + c_hi) // 2, int(0.0002 * N * K), [], 0)
-    assert S._z_pays(z, 1) is True and S._z_pays(z, 8) is True
-    why = S._z_pays(z, 16)
-    assert isinstance(why, str) and "CAPR_LIMITS" in why and f"> {c_hi}" in why
-    assert S.plan_for("x", N, K, 16, False, why).path == "plain"
-    assert all(isinstance(S._z_pays(z._replace(capr=c_lo + 1), m), str) for m in (1, 8, 16, 32))
+    cfg = S.GemvzConfig(nw=8, s=2, ug=1, r=2, pipe=4, pf=0, cl=2)
+    rows = [8] * N
+    rows[1000] = (c_lo + c_hi) // 2                    # over the m = 9..32 limit only
+    z = _zpack_rows(N, K, rows)
+    assert S._walk_for(z, cfg, 1) == (cfg, "") and S._walk_for(z, cfg, 8) == (cfg, "")
+    coop, why = S._walk_for(z, cfg, 16)
+    assert coop == cfg._replace(pipe=12) and "cooperative exception walk (PIPE 12)" in why and f"> {c_hi}" in why
+    assert S.coop_chain(z, 2) == -(-(31 * 8 + rows[1000]) // 32) <= c_hi
+    assert S.coop_chain(z, 1) == -(-(15 * 8 + rows[1000]) // 32)
+    assert S._walk_for(z, coop, 16) == (coop, "")      # already cooperative: kept
+    # every row of one 32-row group long: the cooperative chain is over the limits too
+    rows = [8] * N
+    rows[1024:1056] = [c_lo + 1] * 32
+    z = _zpack_rows(N, K, rows)
+    assert S.coop_chain(z, 2) == c_lo + 1 and S.coop_chain(z, 1) == -(-(16 * (c_lo + 1)) // 32)
+    for m in (1, 8, 16, 32):
+        why = S._walk_for(z, cfg, m)
+        assert isinstance(why, str) and "CAPR_LIMITS" in why and "cooperative walk" in why
+        assert S.plan_for("x", N, K, m, False, why).path == "plain"
+    assert S._z_pays(z, 1) is True                     # the rate alone would pay: the walk is the reason
+
+
+def test_plain_bf16_at_m_up_to_16_takes_gemvt_where_the_gemv_rule_splits_k_or_underfills():
+    """plain_gemvt (FINDINGS 25): at m = 9..16 gemvt where the PLANNER rule's gemv splits K (S > 1), gemv where its grid
+    needs no split; at m <= 8 gemvt only where gemv's grid is under two CTAs an SM; never under PLAIN_GEMVT_MIN_BYTES.
+    The gemvt pick is the m = 17..32 model's cheapest that fits, compiled at the m's NB, and describe()'s reason names
+    the rule and the gemv config it replaced."""
+    compiled = _compiled()
+    cases = {  # (N, K): {m: family expected} (public shapes of judge.py, as timed in session 22)
+        (4096, 14336): {1: "gemv", 8: "gemv", 16: "gemvt"},      # llama3-8b.down: gemv 512 CTAs at m <= 8, S = 4 at 16
+        (3584, 18944): {1: "gemvt", 8: "gemvt", 16: "gemvt"},    # qwen2-7b.down: gemv 112 CTAs (no even split)
+        (28672, 4096): {1: "gemv", 16: "gemv"},                  # llama3-8b.gate_up: 896 CTAs at S = 1
+        (3072, 2048): {1: "gemv", 16: "gemv"},                   # llama3.2-1b.qkv: 12.6 MB
+    }
+    for (N, K), want in cases.items():
+        for m, fam in want.items():
+            c, why = S.planner_config(N, K, m, "plain")
+            g, _ = S.planner_rule(N, K, m, "plain")
+            assert S.kernel_name(c).startswith(fam + "_"), (N, K, m, c, why)
+            assert S.instance_of(c, m, False) in compiled and not S.config_misfit(c, N, K, m)
+            if fam == "gemvt":
+                assert "PLAIN_GEMVT_MIN_BYTES" in why and S.config_short(g) in why
+                assert c == next(t for _, t, _ in S.plan_priced(N, K, 32, "plain") if not S.config_misfit(t, N, K, m))
+            else:
+                assert c == g
+    assert S.plain_gemvt(3584, 18944, 32, S.planner_rule(3584, 18944, 16, "plain")[0]) is None   # m = 17..32: model
+    assert S.planner_config(256, 8192, 16, "plain", dual=True)[0] == S.planner_rule(256, 8192, 16, "plain", True)[0]
 
 
 # ---- the planner (PLANNER, planner_config: shapes no table row covers) -------------------------------------------
@@ -794,7 +849,7 @@ def test_planner_targets_its_rules_cta_count():
         base, m = rule.config, rule.m_max
         rows = 16 * base.r
         N, K = rows * (rule.ctas // 4), 16384
-        cfg, why = S.planner_config(N, K, m, rule.path, rule.dual)
+        cfg, why = S.planner_rule(N, K, m, rule.path, rule.dual)    # (planner_config may take gemvt: plain_gemvt)
         assert cfg is not None and cfg._replace(s=1, cl=0) == base._replace(s=1, cl=0), (rule, cfg, why)
         assert N // rows * cfg.s == rule.ctas and cfg.s == 4, (rule, cfg)
         assert f"-> {rule.ctas} CTAs" in why

@@ -487,3 +487,32 @@ def test_gemvz_emulate_uneven_split_keeps_every_exception_once():
         y = lab3.gemvz_emulate(z["stream"], z["zbase"], z["eptr"], z["esc"], x, N, K, nw, s, ug)
         ref = x.astype(np.float64) @ Wf.T
         assert np.max(np.abs(y - ref) / (np.abs(x) @ np.abs(Wf).T)) < 1e-5, (m, nw, s, ug)
+
+
+def test_coop_walk_pieces_cover_every_entry_once_and_rows_split_between_lanes_stay_exact():
+    # gemvz PIPE 8..13 (coop_walk): the CTA's entries in 32 contiguous pieces; a row with many out-of-window weights
+    # (here 70 in row 5, more than two pieces) is summed by several lanes, then over the lanes in lane order
+    for n in (0, 1, 31, 32, 33, 70, 1000):
+        pieces = lab3.coop_pieces(n)
+        covered = [i for a, b in pieces for i in range(a, b)]
+        assert covered == list(range(n)) and len(pieces) == 32
+    N, K = 32, 64 * 12
+    W = lab3.trained_like_np(N, K, seed=23)
+    cols = list(range(3, K, 11))[:70]
+    W[5, cols] = np.resize(np.array([0x4240, 0xC2C0, 0x4340], np.uint16), len(cols))
+    W[20, cols[:9]] = 0x4400
+    z = lab3.pack_z_np(W)
+    assert z["capr"] >= 70
+    Wf = lab3.f32_of_bf16(W).astype(np.float64)
+    for m, nw, s, ug in ((1, 2, 1, 1), (9, 2, 3, 1), (32, 4, 1, 1), (4, 2, 2, 2)):
+        x = np.zeros((m, K))
+        for i in range(m):
+            x[i, cols[(7 * i) % len(cols)]] = 1.0
+        y = lab3.gemvz_emulate(z["stream"], z["zbase"], z["eptr"], z["esc"], x, N, K, nw, s, ug, coop=True)
+        assert np.array_equal(lab3.bf16_rne(y.astype(np.float32)), W[:, [cols[(7 * i) % len(cols)] for i in range(m)]].T)
+        x = lab3.f32_of_bf16(lab3.bf16_rne(np.random.default_rng(m).standard_normal((m, K)).astype(np.float32)))
+        y = lab3.gemvz_emulate(z["stream"], z["zbase"], z["eptr"], z["esc"], x, N, K, nw, s, ug, coop=True)
+        ref = x.astype(np.float64) @ Wf.T
+        assert np.max(np.abs(y - ref) / (np.abs(x) @ np.abs(Wf).T)) < 1e-5, (m, nw, s, ug)
+        y2 = lab3.gemvz_emulate(z["stream"], z["zbase"], z["eptr"], z["esc"], x, N, K, nw, s, ug, coop=True)
+        assert np.array_equal(y, y2)

@@ -69,15 +69,15 @@ def test_case_plan_on_the_cpu_is_plan_for_with_the_fields_replaced():
 
 
 def test_case_with_another_kernel_family_builds_its_config_from_the_fields():
-    # e.g. a plain m <= 16 shape that the planner sends to gemv, timed on gemvt's uneven split (OPEN #30 0e)
+    # e.g. a plain m <= 16 shape timed on another family than the one the planner sends it to
     assert cases.parse("o_proj:8:plain:gemvt:s=2") == ("o_proj", 8, "plain", {"s": 2, "kind": S.KINDS.index("gemvt")})
     p = cases.planned("qwen2-7b.down:1:plain:gemvt:nw=4:st=4:ka=2:s=3:cl=2")
     assert p.config == S.GemvtConfig(nw=4, s=3, st=4, ka=2, cl=2) and (p.N, p.K) == (3584, 18944)
     assert cases.inst_of(p.config, p.m, p.dual) == ("gemvt", (4, 4, 1, 2))
-    same = cases.planned("qwen2-7b.down:1:plain:gemv:s=1")           # the plan's own family: fields replaced as usual
-    assert same.config == cases.planned("qwen2-7b.down:1:plain").config
-    for bad, msg in (("qwen2-7b.down:1:plain:gemvt:nw=4:s=3", r"needs the field\(s\) \['ka', 'st'\]"),
-                     ("qwen2-7b.down:1:plain:gemvt:nw=4:st=4:ka=2:s=3:ug=1", r"has no field\(s\) \['ug'\]")):
+    same = cases.planned("llama3-8b.down:1:plain:gemv:s=4")          # the plan's own family: fields replaced as usual
+    assert same.config == cases.planned("llama3-8b.down:1:plain").config
+    for bad, msg in (("llama3-8b.down:1:plain:gemvt:nw=4:s=3", r"needs the field\(s\) \['ka', 'st'\]"),
+                     ("llama3-8b.down:1:plain:gemvt:nw=4:st=4:ka=2:s=3:ug=1", r"has no field\(s\) \['ug'\]")):
         with pytest.raises(SystemExit, match=msg):
             cases.planned(bad)
     with pytest.raises(SystemExit, match="cannot read"):
@@ -421,8 +421,8 @@ def test_plan_grid_times_exactly_what_the_planner_prices():
                 got = plan_grid.candidates(d["N"], d["K"], m, list(plan_grid.FAMILIES))
                 assert [c for _, c in got] == want, (name, m)
                 extra = plan_grid.candidates(d["N"], d["K"], m, list(plan_grid.FAMILIES), plain=True)
-                plain = S.planner_config(d["N"], d["K"], m, "plain")[0] if m <= 16 else None
-                if plain is not None:   # --plain adds the plain path's plan: what the layer runs if refused
+                plain = S.planner_rule(d["N"], d["K"], m, "plain")[0] if m <= 16 else None
+                if plain is not None:   # --plain adds the PLANNER rule's gemv plan (plain_gemvt's alternative)
                     assert extra == got + [("plain", plain)]
                 else:
                     assert extra == got

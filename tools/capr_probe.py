@@ -3,6 +3,7 @@ one row (capr, the most exceptions of any row, then >= c), the planner's compres
 timed as SPEC times (P copies >= 2 GB), checked first.
 
     python3 tools/capr_probe.py --layers gemma-2b.down,o_proj --m 1,16 --c 0,16,32,64,128,256 --json $OUT/capr.json
+    python3 tools/capr_probe.py --coop --layers gemma-2b.down,qwen2-7b.down --m 1,16 --c 0,64,176   # the coop walk too
 
 Why (session 19): heavy-tailed weights (Student-t, 3 dof) at about 0.04% out of window ran gemma-2b.down m = 1 at 12.8 us
 with one draw (capr 18) and 26.8 us with another (capr 126; plain 17.7): the rate is the same, the worst row is not.
@@ -37,6 +38,9 @@ def main(argv=None):
     ap.add_argument("--c", default="0,16,32,64,128,256")
     ap.add_argument("--replays", type=int, default=15)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--coop", action="store_true",
+                    help="also time the compressed plan with the cooperative walk (its PIPE + 8: coop_walk), on a build "
+                         "of those instantiations")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("[capr] needs a CUDA device")
@@ -52,20 +56,30 @@ def main(argv=None):
             P = judge.copies_for(N * K * 2)
             Lz = [S.prepare(name, w, path="compressed") for _ in range(P)]
             Lp = [S.prepare(name, w, path="plain") for _ in range(P)]
+            Lc = []
+            if args.coop:     # the same plans with the cooperative walk: a build of just those instantiations
+                coop = {m: Lz[0].plan(m).config._replace(pipe=Lz[0].plan(m).config.pipe + 8) for m in ms}
+                ext = S.build_extension(insts=sorted({S.instance_of(c, m) for m, c in coop.items()}))
+                Lc = [S.prepare(name, w, path="compressed", ext=ext) for _ in range(P)]
             for m in ms:
                 x = judge.fresh_x(m, K, 11 + m, "cuda")
                 ref = judge.reference(x, w)
                 res = {}
-                for path, Ls in (("compressed", Lz), ("plain", Lp)):
+                for L in Lc:
+                    L.set_config(m, coop[m])
+                for path, Ls in (("compressed", Lz), ("plain", Lp), ("coop", Lc)):
+                    if not Ls:
+                        continue
                     judge.check_close(S.kernel_fn(x, Ls[0]), ref, False, f"{name} c={c} m={m} {path}")
                     res[path] = min(judge.per_call_us(S.kernel_fn, Ls, x, args.replays) for _ in range(2))
                 cfg = Lz[0].plan(m).config
                 rows.append({"layer": name, "N": N, "K": K, "m": m, "c": c, "capr": Lz[0].z.capr,
                              "rate": Lz[0].z.n_exc / (N * K), "config": S.config_short(cfg), **res})
+                coop_us = f"  coop walk {res['coop']:7.2f} us" if "coop" in res else ""
                 print(f"[capr] {name:16s} m={m:2d} c={c:4d} capr {Lz[0].z.capr:4d} rate {100 * rows[-1]['rate']:.4f}% "
-                      f"compressed {res['compressed']:7.2f} us ({S.config_short(cfg)})  plain {res['plain']:7.2f} us",
-                      flush=True)
-            del Lz, Lp
+                      f"compressed {res['compressed']:7.2f} us ({S.config_short(cfg)})  plain {res['plain']:7.2f} us"
+                      f"{coop_us}", flush=True)
+            del Lz, Lp, Lc
             torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:

@@ -176,6 +176,8 @@ SIZES = {
     "pooler_z": (50331648, 256, 512),   # 50.3 MB, pooler / unpooler at 12 bits; 256 CTAs like gemvz's m=1 plan
     "qkv_z": (28311552, 216, 512),      # 28.3 MB
     "o_proj_z": (25165824, 192, 512),   # 25.2 MB
+    "router64": (8388608, 64, 512),     # 8.4 MB, the router's hi + lo over its m <= 8 grid (64 CTAs)
+    "router128": (8388608, 128, 512),   # 8.4 MB over 128 CTAs (its m = 32 grid); reg2 = every load before the wait
 }
 
 

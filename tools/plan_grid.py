@@ -62,19 +62,24 @@ def occupancy(ext, cfg, m, dual):
 
 
 def candidates(N, K, m, families, plain=False, max_s=S.PLAN_MAX_S, max_ctas=S.PLAN_SPLIT_CTAS, ticket=False,
-               uneven=None):
+               uneven=None, plain_gemvt=0):
     """[(class name, config)] of every candidate the planner prices (submission.plan_candidates) in the classes named;
-    with plain, at m <= 16 also the plain planner's config (planner_config(..., 'plain'), class 'plain'; none where only
-    the default rule fits): what the layer would run if the 12-bit path were refused."""
+    with plain, at m <= 16 also the plain PLANNER rule's gemv config (planner_rule(..., 'plain'), class 'plain'; none
+    where only the default rule fits), what the layer ran when the 12-bit path was refused before plain_gemvt; with
+    plain_gemvt = n, at m <= 16
+    also the n gemvt candidates the m = 17..32 model prices cheapest (class 't16'): the plain path's other family."""
     path = "plain" if S.nb_of(m) == 4 else "compressed"
     out = [(CLASS_NAMES[md.path, md.nb], c) for md, _, c in S.plan_candidates(N, K, m, path, max_s, max_ctas, uneven)
            if CLASS_NAMES[md.path, md.nb] in families]
     if ticket:   # the split-K ticket beside each cluster candidate (the planner prices the cluster where it fits)
         out += [(f, c._replace(cl=0)) for f, c in list(out) if c.cl and not S.config_misfit(c._replace(cl=0), N, K, m)]
     if plain and path == "compressed":
-        c = S.planner_config(N, K, m, "plain")[0]
+        c = S.planner_rule(N, K, m, "plain")[0]   # the PLANNER rule's gemv (plain_gemvt may take gemvt instead)
         if c is not None:
             out.append(("plain", c))
+    if plain_gemvt and path == "compressed":   # gemvt at m <= 16: the m = 17..32 class's candidates, cheapest first
+        priced = sorted((S.plan_cost(md, f, c, N, K, 32), c) for md, f, c in S.plan_candidates(N, K, 32, "plain"))
+        out += [("t16", c) for _, c in priced[:plain_gemvt] if not S.config_misfit(c, N, K, m)]
     return out
 
 
@@ -90,6 +95,8 @@ def main(argv=None):
                     "kept (session 19: a first timing after a large preparation read 11-40%% slow)")
     ap.add_argument("--budget-s", type=float, default=480)
     ap.add_argument("--plain", action="store_true", help="at m <= 16 also time the plain path's plan")
+    ap.add_argument("--plain-gemvt", type=int, default=0, metavar="N",
+                    help="at m <= 16 also time the N gemvt configs the m = 17..32 model prices cheapest")
     ap.add_argument("--max-s", type=int, default=S.PLAN_MAX_S, help="widen the priced splits (data beyond the fit)")
     ap.add_argument("--max-ctas", type=int, default=S.PLAN_SPLIT_CTAS, help="widen the split grids' CTA cap")
     ap.add_argument("--uneven", action="store_true", help="price every uneven split of gemvz (data beyond the rule)")
@@ -113,7 +120,7 @@ def main(argv=None):
             raise SystemExit(f"[grid] unknown layers {missing}")
         shapes = {n: shapes[n] for n in want}
     work = {n: {m: candidates(d["N"], d["K"], m, fams, args.plain, args.max_s, args.max_ctas, args.ticket,
-                              True if args.uneven else None) for m in ms}
+                              True if args.uneven else None, args.plain_gemvt) for m in ms}
             for n, d in shapes.items()}
     insts = sorted({S.instance_of(c, m, False) for n in work for m in work[n] for _, c in work[n][m]})
     print(f"[grid] {sum(len(v) for w in work.values() for v in w.values())} timings on {len(shapes)} shapes x m "
