@@ -135,9 +135,14 @@ def main(argv=None):
     ap.add_argument("--define", action="append", default=[], help="#define NAME before the working tree's source")
     ap.add_argument("--base-define", action="append", default=[],
                     help="#define NAME before the base's source (e.g. the A/B variant a change makes the default)")
+    ap.add_argument("--common", action="store_true",
+                    help="compare only the instantiations both versions compile in (not their union)")
     args = ap.parse_args(argv)
     base = load_version(args.base)
-    insts = sorted(set(table_insts(sub.KERNEL_SRC)) | set(table_insts(base.KERNEL_SRC)) | set(args.extra), key=str)
+    new_i, old_i = set(table_insts(sub.KERNEL_SRC)), set(table_insts(base.KERNEL_SRC))
+    # --common: only the instantiations both compile in (a change that adds template arguments the base rejects, such
+    # as gemvz's PIPE 8..13, compares the kernels the two share)
+    insts = sorted((new_i & old_i if args.common else new_i | old_i) | set(args.extra), key=str)
     print(f"[same_code] {len(insts)} instantiations, working tree{' ' + '+'.join(args.define) if args.define else ''} "
           f"against {args.base}{' ' + '+'.join(args.base_define) if args.base_define else ''}", flush=True)
     both, diff, lone = compare(version_source(sub, insts, args.define), sub.NVCC_FLAGS,
