@@ -745,6 +745,14 @@ def test_exception_rate_limits_decide_per_m_and_say_why():
         assert all(isinstance(S._z_pays(z2, m), str) for m in (1, 8, 16, 32))
 
 
+def test_column_scaled_weights_are_over_every_exception_limit():
+    """judge.col_scaled (--weights colscaled, the plain path's benchmark): columns of different scale put about 0.35% of
+    the weights out of their row's window, over MAX_EXC_RATE, so prepare refuses the 12-bit format for them."""
+    for seed in (1, 2):
+        z = S.pack_z(judge.col_scaled(256, 4096, seed))
+        assert S.MAX_EXC_RATE < z.n_exc / (256 * 4096) < 0.01
+
+
 def _zpack_rows(N, K, per_row):
     """A ZPack whose side table has per_row[r] entries in row r (only the counts matter to the walk rules)."""
     per_row = torch.as_tensor(per_row, dtype=torch.int64)
