@@ -66,8 +66,8 @@ def candidates(N, K, m, families, plain=False, max_s=S.PLAN_MAX_S, max_ctas=S.PL
     """[(class name, config)] of every candidate the planner prices (submission.plan_candidates) in the classes named;
     with plain, at m <= 16 also the plain PLANNER rule's gemv config (planner_rule(..., 'plain'), class 'plain'; none
     where only the default rule fits), what the layer ran when the 12-bit path was refused before plain_gemvt; with
-    plain_gemvt = n, at m <= 16
-    also the n gemvt candidates the m = 17..32 model prices cheapest (class 't16'): the plain path's other family."""
+    plain_gemvt = n, at m <= 16 also the n gemvt candidates the m = 17..32 model prices cheapest (class 't16',
+    submission.plan_priced's order, as plain_gemvt takes them): the plain path's other family."""
     path = "plain" if S.nb_of(m) == 4 else "compressed"
     out = [(CLASS_NAMES[md.path, md.nb], c) for md, _, c in S.plan_candidates(N, K, m, path, max_s, max_ctas, uneven)
            if CLASS_NAMES[md.path, md.nb] in families]
@@ -78,8 +78,8 @@ def candidates(N, K, m, families, plain=False, max_s=S.PLAN_MAX_S, max_ctas=S.PL
         if c is not None:
             out.append(("plain", c))
     if plain_gemvt and path == "compressed":   # gemvt at m <= 16: the m = 17..32 class's candidates, cheapest first
-        priced = sorted((S.plan_cost(md, f, c, N, K, 32), c) for md, f, c in S.plan_candidates(N, K, 32, "plain"))
-        out += [("t16", c) for _, c in priced[:plain_gemvt] if not S.config_misfit(c, N, K, m)]
+        priced = S.plan_priced(N, K, 32, "plain")[:plain_gemvt]
+        out += [("t16", c) for _, c, _ in priced if not S.config_misfit(c, N, K, m)]
     return out
 
 
