@@ -560,12 +560,13 @@ PLAIN_ROUNDS = 3
 
 
 def plan_source(plan):
-    """Where a plan's config came from: 'table' (a tuned row of CTABLE / ZTABLE / TTABLE), 'tuned' (set_config), or
-    'planner' (the planner's PLANNER rules or the default rule, for a shape no table covers); None for the fallback."""
+    """Where a plan's config came from: 'table' (a tuned row of CTABLE / ZTABLE / TTABLE), 'tuned' (set_config, or
+    prepare(tune=True): timed on the device, or its cache), or 'planner' (the planner's PLANNER rules or the default
+    rule, for a shape no table covers); None for the fallback."""
     if plan.path == "fallback":
         return None
     return "table" if plan.why.startswith(("CTABLE", "ZTABLE", "TTABLE")) else (
-        "tuned" if plan.why.startswith("set_config") else "planner")
+        "tuned" if plan.why.startswith(("set_config", "tuned")) else "planner")
 
 
 def timing(sub, device, layers, ms, replays, log=print, seed=99, pdl_compare=True, isolated=True, plain_compare=True,
@@ -808,6 +809,9 @@ def main(argv=None):
     ap.add_argument("--no-tables", action="store_true",
                     help="ignore the tuned tables: every shape takes the planner (the default rule); the JSON name "
                          "ends in -notables")
+    ap.add_argument("--tune", action="store_true",
+                    help="prepare(tune=True): the planner's cheapest candidates timed on the device and cached "
+                         "(submission.tune_cache_path()); the JSON name ends in -tuned")
     ap.add_argument("--quick", action="store_true", help="15 replays instead of 40; no isolated / no-PDL / plain-path times")
     ap.add_argument("--replays", type=int, default=None)
     ap.add_argument("--no-timing", action="store_true")
@@ -830,8 +834,10 @@ def main(argv=None):
     PREPARE_KW = dict(BACKENDS[args.backend])
     if args.no_tables:
         PREPARE_KW.update(ctable={}, ztable={}, ttable={}, tpick=frozenset())
-    tag = "".join(t for t, on in (("-notables", args.no_tables), (f"-{args.weights}", args.weights != "trained"))
-                  if on)
+    if args.tune:
+        PREPARE_KW["tune"] = True
+    tag = "".join(t for t, on in (("-notables", args.no_tables), ("-tuned", args.tune),
+                                  (f"-{args.weights}", args.weights != "trained")) if on)
     if not torch.cuda.is_available():
         print("[judge] no CUDA device: running the CPU checks only")
         ok = cpu_checks(sub, [l for l in layers if l in LAYERS])
@@ -887,7 +893,8 @@ def main(argv=None):
             compare(rows, args.compare)
     res = make_result(dev_name, rows, correct, failures, {"total_s": round(time.time() - t_start, 1),
                                                           "backend": args.backend, "shapes": args.shapes,
-                                                          "weights": args.weights, "tables": not args.no_tables})
+                                                          "weights": args.weights, "tables": not args.no_tables,
+                                                          "tune": args.tune})
     path, png = write_result(res, args.json, tag)
     print(f"[judge] wrote {os.path.relpath(path, ROOT)}{' and ' + os.path.relpath(png, ROOT) if png else ''}; "
           f"total {time.time() - t_start:.0f} s")

@@ -1006,3 +1006,36 @@ def test_tune_s_options_add_uneven_splits_for_gemvz_only_on_request():
     even = tune.s_options(128, 8, 72)
     wide = tune.s_options(128, 8, 72, uneven=True)
     assert set(even) < set(wide) and 11 in wide and all(72 * v <= 132 * 6 or v in even for v in wide)
+
+
+# ---- prepare(tune=True): the cache file (the timing itself needs the GPU: tests/test_gpu.py) ----------------------
+def test_tune_cache_round_trips_every_config_type_and_ignores_unreadable_entries(tmp_path):
+    cfgs = [S.GemvConfig(nw=8, s=2, u=2, r=2, pipe=0, pf=0), S.GemvzConfig(nw=8, s=3, ug=1, r=2, pipe=4, pf=0, cl=2),
+            S.GemvtConfig(nw=4, s=3, st=8, ka=2, cl=2)]
+    for c in cfgs:
+        back = S._config_from_json({"config": S._config_to_json(c)})
+        assert back == c and type(back) is type(c)
+    for bad in (None, {}, {"config": {"type": "Nope"}}, {"config": {"type": "GemvzConfig", "nw": 8}}, {"config": 3}):
+        assert S._config_from_json(bad) is None, bad
+    path = str(tmp_path / "sub" / "tuned.json")
+    assert S._read_tune_cache(path) == {}                      # missing file
+    cache = {"k": {"config": S._config_to_json(cfgs[1]), "us": 7.5}}
+    S._write_tune_cache(path, cache)
+    assert S._read_tune_cache(path) == cache
+    with open(path, "w") as f:
+        f.write("{not json")
+    assert S._read_tune_cache(path) == {}                      # a broken file reads as empty, and is rewritten later
+    assert not [p for p in os.listdir(tmp_path / "sub") if p.endswith(".tmp")]
+
+
+def test_tune_cache_path_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("MUSE_TUNE_CACHE", str(tmp_path / "t.json"))
+    assert S.tune_cache_path() == str(tmp_path / "t.json")
+    monkeypatch.delenv("MUSE_TUNE_CACHE")
+    assert S.tune_cache_path().endswith(os.path.join(".cache", "muse_gemv", "tuned.json"))
+
+
+def test_judge_names_tuned_plans_tuned():
+    for why, src in (("tuned on this device: ...", "tuned"), ("tuned (cached in x): ...", "tuned"),
+                     ("set_config", "tuned"), ("planner (cost model): ...", "planner"), ("ZTABLE('o_proj', 1)", "table")):
+        assert judge.plan_source(S.PlanEntry("compressed", None, why)) == src

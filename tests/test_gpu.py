@@ -1,6 +1,8 @@
 """GPU tests (skipped without CUDA; run them on the H200): SPEC correctness of every scored shape and odd m,
 exact probes (on exception columns too), determinism, graphs (replays, fresh inputs, several layers, a chain
 under PDL), special-value weights, fallbacks, bad inputs."""
+import os
+
 import pytest
 import torch
 
@@ -244,6 +246,43 @@ def test_columns_of_different_scale_run_plain_and_take_gemvt_where_the_rule_says
         suite.probes(L, w, m, 80 + m, "colscaled")
         suite.graph_replay(L, m, 90 + m, "colscaled")
     suite.determinism(L, 8, 5, "colscaled")
+
+
+def test_prepare_tune_times_the_planners_cheapest_candidates_and_caches_the_winner(prepared, suite, tmp_path):
+    """prepare(tune=True) on a shape in no table: every token class the cost model planned takes the fastest of its
+    TUNE_TOP cheapest candidates (said in describe() and the cache file); a second prepare takes the cached winner
+    untimed; the tuned layer meets SPEC (accuracy, probes, graph replay); a tabled layer's rows are left alone."""
+    N, K = 2048, 5632
+    w = judge.trained_like(N, K, 17, DEV)
+    cache = str(tmp_path / "tuned.json")
+    with pytest.raises(TypeError, match="tune must be True or False"):
+        S.prepare("tune_probe", w, tune="yes")
+    planned = S.prepare("tune_probe", w)
+    L = S.prepare("tune_probe", w, tune=True, tune_cache=cache)
+    classes = {}
+    for m in range(1, S.MAX_M + 1):
+        if planned.plan(m).why.startswith(S.PLANNER_MODEL_WHY):
+            classes.setdefault(S.nb_of(m), []).append(m)
+    assert classes, planned.describe()
+    entries = S._read_tune_cache(cache)
+    assert len(entries) == len(classes), (entries, L.describe())
+    for nb, ms in classes.items():
+        top = [c for _, c, _ in S.plan_priced(N, K, ms[-1], planned.plan(ms[-1]).path)][:S.TUNE_TOP]
+        for m in ms:
+            p = L.plan(m)
+            assert p.why.startswith("tuned on this device") and p.config in top, L.describe()
+            assert p.path == planned.plan(m).path and judge.plan_source(p) == "tuned"
+    for m in (1, 12, 32):
+        suite.accuracy(L, w, m, m, "tune=True")
+    suite.probes(L, w, 8, 2, "tune=True")
+    L2 = S.prepare("tune_probe", w, tune=True, tune_cache=cache)
+    for ms in classes.values():
+        for m in ms:
+            assert L2.plan(m).config == L.plan(m).config and L2.plan(m).why.startswith("tuned (cached"), L2.describe()
+    suite.graph_replay(L2, classes[max(classes)][-1], 4, "tune=True, cached")
+    Lo = S.prepare("o_proj", prepared["o_proj"][1], tune=True, tune_cache=str(tmp_path / "o.json"))
+    assert [p for p in Lo.plans[1:]] == [p for p in prepared["o_proj"][0].plans[1:]]
+    assert not os.path.exists(tmp_path / "o.json")
 
 
 def test_forced_paths_agree(suite):
