@@ -166,6 +166,45 @@ def test_ab_build_only_builds_each_variant_with_the_instantiations_of_its_cases(
     assert len(want) == 4 and builds == [((), want), (("MUSE_SKIP_CORRECTIONS",), want)]
 
 
+def test_a_compressed_case_builds_its_cooperative_walk_twin_too(builds):
+    # prepare takes PIPE + 8 where the case's weights have a long row (submission._walk_for), which the CPU's plan
+    # cannot see: the build holds both walks of every compressed config (S23: ab stopped on llama3-8b.gate_up:1)
+    import ab
+    assert ab.main(["--build-only", "--field", "s=1,2", "o_proj:1:compressed", "o_proj:1:plain"]) == 0
+    z = cases.planned("o_proj:1:compressed").config
+    assert isinstance(z, S.GemvzConfig) and z.pipe < 8 and cases.coop_twin(z) == z._replace(pipe=z.pipe + 8)
+    zi, ti = _inst("o_proj:1:compressed"), cases.inst_of(cases.coop_twin(z), 1, False)
+    assert ti == ("gemvz", (*zi[1][:4], zi[1][4] + 8))
+    (_, insts), = builds
+    assert zi in insts and ti in insts and _inst("o_proj:1:plain") in insts
+    assert sum(k == "gemvz" for k, _ in insts) == 2            # S does not change the instantiation
+    p = cases.planned("o_proj:1:plain").config
+    assert cases.coop_twin(p) is p and cases.coop_twin(cases.coop_twin(z)) == cases.coop_twin(z)
+
+
+def test_ab_sweeps_the_cooperative_walk_when_prepare_took_it(builds, fake_gpu, monkeypatch, capsys):
+    # a case whose weights took the cooperative walk: every swept value is timed with the walk prepare chose
+    import ab
+    spec = "o_proj:1:compressed"
+    base = cases.planned(spec).config
+    seen = []
+
+    class Copy(_Layer):
+        def __init__(self):
+            self.cfg = cases.coop_twin(base)
+
+        def plan(self, m):
+            return S.PlanEntry("compressed", self.cfg, "planner: cooperative exception walk (PIPE 12)")
+
+        def set_config(self, m, cfg):
+            self.cfg = cfg
+            seen.append(cfg)
+    monkeypatch.setattr(cases, "prepare", lambda s, ext=None: ([Copy()], 1, torch.ones(1, 8)))
+    assert ab.main(["--field", "s=1,2", "--rounds", "1", spec]) == 0
+    assert {(c.s, c.pipe) for c in seen} == {(1, base.pipe + 8), (2, base.pipe + 8)}
+    assert "its weights take the cooperative walk" in capsys.readouterr().out
+
+
 def test_tool_summary_lists_every_round_and_the_fastest():
     import ab
     cols, best, drift = ab.summary({1: [2.0, 1.5], 2: [1.7, 1.8]}, lambda v: f"cl={v}")

@@ -178,6 +178,12 @@ SIZES = {
     "o_proj_z": (25165824, 192, 512),   # 25.2 MB
     "router64": (8388608, 64, 512),     # 8.4 MB, the router's hi + lo over its m <= 8 grid (64 CTAs)
     "router128": (8388608, 128, 512),   # 8.4 MB over 128 CTAs (its m = 32 grid); reg2 = every load before the wait
+    # issue #30's >= 100 MB shapes at 12 bits: llama3-8b.gate_up's 176 MB over 256 CTAs (under one wave of 2 a SM) and
+    # over 896 (gemvz's S = 1 grid of 32-row CTAs: 3.4 waves); 100.7 MB, the smallest of them (qwen2-7b.down,
+    # gemma-2b.gate_up)
+    "z176": (176160768, 256, 512),
+    "z176g896": (176160768, 896, 512),
+    "z100": (100663296, 256, 512),
 }
 
 
