@@ -985,16 +985,14 @@ __device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)
 }
 
 // ---- the cooperative walk (gemvz PIPE 8..13 = PIPE 0..5 with it) ----------------------------------------------
-// The CTA's entries are one contiguous run, esc[roff[0] .. roff[16 R]), of the side table cut per (row group, K slice)
-// (submission.coop_table: row group g's entries in slice s, row by row, k ascending, at offsets eptr[(g S + s) 16 R +
-// r]), so the walk loads only its own slice's entries (the uncut table made CTAs of S > 1 load and skip the others:
-// up to 1.6 us at S = 3, FINDINGS 25-26). At S = 1 the cut table is the side table itself. Lane l takes the l-th
+// The CTA's rows' entries are one contiguous run of the side table, esc[roff[0] .. roff[16 R]). Lane l takes the l-th
 // of 32 equal contiguous pieces of that run, with all 8 NB tokens, so a row with many out-of-window weights is walked by
 // several lanes at once. The per-row walk gives a row to one lane, and that lane's chain of chunks sets the CTA's time
 // once a row holds more than about 50 (FINDINGS 22). A row inside one lane's piece is summed there in k order; a row
 // split between lanes is summed per lane, then over the lanes in lane order, so every call gives the same bits. roff,
 // part and prow are the exception warp's shared memory; ecorr as gemvz_kernel's. prepare takes it where the worst row is
-// over CAPR_LIMITS (submission._walk_for): flat in the worst row. Lab: labs/lab3_compress.py coop_pieces, coop_cut.
+// over CAPR_LIMITS (submission._walk_for): flat in the worst row, but 0.4-1.6 us slower than the per-row walk on some
+// rows where no row is long (it walks the rows' entries of all K, FINDINGS 25). Lab: labs/lab3_compress.py coop_pieces.
 template <int NB, int R, int EC>
 __device__ __forceinline__ void coop_walk(float (&ecorr)[R * 16][NB * 8 + 1], const int* roff, float (&part)[32][2][NB * 8],
                                           int (&prow)[32][2], const int2* __restrict__ esc, const bf16* __restrict__ x,
@@ -1082,8 +1080,7 @@ __device__ __forceinline__ void coop_walk(float (&ecorr)[R * 16][NB * 8 + 1], co
 // ---- gemvz_kernel: the compressed GEMV with its exception warp ------------------------------------
 // Contract: x as gemv_kernel; w = pack_z's stream: [N/16][K/64][A0 32 units | A1 32 units | C 32 units]
 // of 16 B; zbase uint8 [N], each row's window; the side table in CSR: row r's exceptions are
-// esc[eptr[r] .. eptr[r+1]) = int2 {k, fp32 bits of the correction}, k ascending (PIPE 8..13: the same entries cut
-// per row group and K slice, coop_walk); out bf16 [M, N].
+// esc[eptr[r] .. eptr[r+1]) = int2 {k, fp32 bits of the correction}, k ascending; out bf16 [M, N].
 // Requires N % (16R) == 0, K/64 % UG == 0, K/64 / UG >= S*NW (any S: split_units).
 //
 //   warps 0..NW-1 stream: per 64-wide group and row block, a lane loads A0, A1, C (48 B) and decodes 4
@@ -1143,9 +1140,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
       __shared__ float part[32][2][NB * 8];
       __shared__ int prow[32][2];
       const int2 slice = cta_slice<UG>(KG, S, sidx);
-      // the side table cut per (row group, slice) (submission.coop_table): this CTA's entries are one run, all in
-      // its K slice. Its row offsets are constant: read before the wait.
-      for (int i = lane; i <= R * 16; i += 32) roff[i] = __ldg(eptr + (rg * S + sidx) * R * 16 + i);
+      for (int i = lane; i <= R * 16; i += 32) roff[i] = __ldg(eptr + rg * R * 16 + i);  // constant: before the wait
       __syncwarp();
       pdl_wait();
       if constexpr (LATE) named_bar_sync1((NW + 1) * 32);
@@ -3053,7 +3048,6 @@ class Layer:
         self.w = self.w2 = None                    # plain: packed hi (and lo)
         self.z = None                              # compressed: ZPack
         self.z_note = "not tried"
-        self._cut = {}                             # (r, s, ug) -> (z, coop_table's cut of z's side table)
         self.ws = self.sem = None
         self.wn = None                             # Triton (bf16): the layer's own copy, [N, K] order
         self.wt = None                             # gemvt_kernel: pack_tma's tiles
@@ -3109,28 +3103,12 @@ class Layer:
             kind, t = instance_of(c, m, self.dual)
             z = self.z if kind == "gemvz" else None
             w = {"gemv": self.w, "gemvz": z and z.stream, "gemvt": self.wt}[kind]
-            eptr, esc = (None, None) if z is None else self.side_table(c)
             lr = self._ext.Launch(kind=KINDS.index(kind), t=[int(v) for v in t], w=ptr(w),
-                                  w2=ptr(self.w2 if kind == "gemv" else None), eptr=ptr(eptr),
-                                  esc=ptr(esc), ws=ptr(self.ws), sem=ptr(self.sem), N=self.N, K=self.K, S=c.s,
+                                  w2=ptr(self.w2 if kind == "gemv" else None), eptr=ptr(z and z.eptr),
+                                  esc=ptr(z and z.esc), ws=ptr(self.ws), sem=ptr(self.sem), N=self.N, K=self.K, S=c.s,
                                   pf=getattr(c, "pf", 0), cl=c.cl, zbase=ptr(z and z.zbase), co=c.co)
             self._launches[m] = lr
         return lr
-
-    def side_table(self, cfg):
-        """(eptr, esc) a compressed config reads: z's side table for the per-row walk; for the cooperative walk (PIPE
-        8..13) the table cut per row group and K slice (coop_table), made once per (R, S, UG) and kept. Made eagerly
-        (prepare and set_config ask for it): under graph capture a missing cut is an error, not a captured sort."""
-        z = self.z
-        if cfg.pipe < 8 or cfg.s == 1:
-            return z.eptr, z.esc
-        key = (cfg.r, cfg.s, cfg.ug)
-        if key not in self._cut or self._cut[key][0] is not z:      # made from this z (a new z makes its own)
-            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-                raise RuntimeError(f"layer '{self.name}': the cooperative walk's side table for R={cfg.r}, S={cfg.s}, "
-                                   f"UG={cfg.ug} was not made before graph capture (set_config or prepare makes it)")
-            self._cut[key] = (z, *coop_table(z, cfg.r, cfg.s, cfg.ug))
-        return self._cut[key][1:]
 
     def set_config(self, m, cfg):
         """Use cfg (GemvConfig, GemvzConfig, GemvtConfig or TritonConfig) for m from now on (tune.py, tools); grows
@@ -3152,8 +3130,6 @@ class Layer:
         if isinstance(cfg, GemvtConfig) and self.wt is None:
             self.wt = pack_tma(self.weight)
         self.plans[m] = PlanEntry(path, cfg, "set_config")
-        if path == "compressed":
-            self.side_table(cfg)                   # the cooperative walk's cut table, eagerly (not under capture)
         self._alloc_workspace()
         self._launches = {}
 
@@ -3533,55 +3509,12 @@ def _z_pays(z, m):
     return True
 
 
-def slice_bounds(K, s, ug):
-    """The K slices of gemvz's S CTAs (cta_slice in common.cuh): S + 1 column bounds, uneven by at most one unit of UG
-    64-wide groups (the first T % S CTAs take one more)."""
-    T = K // 64 // ug
-    d, r = divmod(T, s)
-    return [(i * d + min(i, r)) * ug * 64 for i in range(s + 1)]
-
-
-def _coop_keys(z, r, s, ug):
-    """Each side-table entry's run in the table cut for the cooperative walk: (row group x S + slice) x 16 r + the
-    row's place in its group (int64, one per entry, in the side table's order)."""
-    N, K = z.zbase.numel(), z.stream.shape[1] * 64
-    counts = (z.eptr[1:] - z.eptr[:-1]).long()
-    rows = torch.arange(N, device=z.eptr.device).repeat_interleave(counts)
-    k = z.esc[:z.n_exc, 0].long()
-    sl = torch.bucketize(k, torch.tensor(slice_bounds(K, s, ug)[1:-1], dtype=torch.int64, device=k.device), right=True)
-    rb = 16 * r
-    return ((rows // rb) * s + sl) * rb + rows % rb
-
-
-def coop_table(z, r, s, ug):
-    """The side table cut for the cooperative walk at R = r, S = s, UG = ug: (eptr [N / (16 r) x s x 16 r + 1] int32,
-    esc like z.esc). The CTA of row group g and slice i finds its rows' entries in its K slice at esc[eptr[(g s + i)
-    16 r + row] .. eptr[... + row + 1]), row by row, k ascending: one contiguous run, so coop_walk loads no entry of
-    another slice. At s = 1 it is z's own table."""
-    if s == 1 or not z.n_exc:
-        return z.eptr, z.esc
-    N, rb = z.zbase.numel(), 16 * r
-    key = _coop_keys(z, r, s, ug)
-    order = torch.argsort(key, stable=True)         # stable: a row's entries keep their k order
-    eptr = torch.zeros(N * s + 1, dtype=torch.int32, device=z.eptr.device)
-    eptr[1:] = torch.cumsum(torch.bincount(key, minlength=N * s), 0).to(torch.int32)
-    esc = z.esc.clone()
-    esc[:z.n_exc] = z.esc[:z.n_exc][order]
-    return eptr, esc
-
-
-def coop_chain(z, r, s=1, ug=1):
-    """The longest chain one lane of the cooperative walk follows for CTAs of 16 r rows and S = s slices of UG = ug
-    groups: the most side-table entries of any CTA (a row group's, in its K slice: coop_table), dealt to 32 lanes
-    (coop_walk's contiguous pieces, rounded up). Needs N % (16 r) == 0."""
-    if not z.n_exc:
-        return 0
-    N, g = z.zbase.numel(), 16 * r
-    if s == 1:
-        e = z.eptr.to(torch.int64)
-        return -(-int((e[g::g] - e[:-g:g]).max()) // 32)
-    per_cta = torch.bincount(_coop_keys(z, r, s, ug) // g, minlength=N // g * s)
-    return -(-int(per_cta.max()) // 32)
+def coop_chain(z, r):
+    """The longest chain one lane of the cooperative walk follows for CTAs of 16 r rows: the most side-table entries
+    of any 16 r-row group, dealt to 32 lanes (coop_walk's contiguous pieces, rounded up). Needs N % (16 r) == 0."""
+    g = 16 * r
+    e = z.eptr.to(torch.int64)
+    return -(-int((e[g::g] - e[:-g:g]).max()) // 32) if z.n_exc else 0
 
 
 def _walk_for(z, cfg, m):
@@ -3591,7 +3524,7 @@ def _walk_for(z, cfg, m):
     climit = next(c for mm, c in CAPR_LIMITS if m <= mm)
     if z.capr <= climit or cfg.pipe >= 8:
         return cfg, ""
-    chain = coop_chain(z, cfg.r, cfg.s, cfg.ug)
+    chain = coop_chain(z, cfg.r)
     coop = cfg._replace(pipe=cfg.pipe + 8)
     if chain > climit:
         return (f"{z.capr} exceptions in one row and {chain} a lane in the cooperative walk > {climit}, where the walk "
@@ -3615,9 +3548,8 @@ def _compress_verified(w, ext=None, limits=True):
     except ValueError as e:
         raise _NoCompression(str(e))
     rate = z.n_exc / (N * K)
-    chain = coop_chain(z, 1) if limits and z.capr > MAX_CAPR else 0
-    if chain > MAX_CAPR:
-        raise _NoCompression(f"{z.capr} exceptions in one row and {chain} a lane in the cooperative walk > "
+    if limits and z.capr > MAX_CAPR and coop_chain(z, 1) > MAX_CAPR:
+        raise _NoCompression(f"{z.capr} exceptions in one row and {coop_chain(z, 1)} a lane in the cooperative walk > "
                              f"MAX_CAPR {MAX_CAPR} ({100 * rate:.3f}% of weights out of window)")
     if limits and rate > MAX_EXC_RATE:
         raise _NoCompression(f"{100 * rate:.3f}% of weights out of window > {100 * MAX_EXC_RATE:.2f}%, the largest "

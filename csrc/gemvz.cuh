@@ -72,16 +72,14 @@ __device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)
 }
 
 // ---- the cooperative walk (gemvz PIPE 8..13 = PIPE 0..5 with it) ----------------------------------------------
-// The CTA's entries are one contiguous run, esc[roff[0] .. roff[16 R]), of the side table cut per (row group, K slice)
-// (submission.coop_table: row group g's entries in slice s, row by row, k ascending, at offsets eptr[(g S + s) 16 R +
-// r]), so the walk loads only its own slice's entries (the uncut table made CTAs of S > 1 load and skip the others:
-// up to 1.6 us at S = 3, FINDINGS 25-26). At S = 1 the cut table is the side table itself. Lane l takes the l-th
+// The CTA's rows' entries are one contiguous run of the side table, esc[roff[0] .. roff[16 R]). Lane l takes the l-th
 // of 32 equal contiguous pieces of that run, with all 8 NB tokens, so a row with many out-of-window weights is walked by
 // several lanes at once. The per-row walk gives a row to one lane, and that lane's chain of chunks sets the CTA's time
 // once a row holds more than about 50 (FINDINGS 22). A row inside one lane's piece is summed there in k order; a row
 // split between lanes is summed per lane, then over the lanes in lane order, so every call gives the same bits. roff,
 // part and prow are the exception warp's shared memory; ecorr as gemvz_kernel's. prepare takes it where the worst row is
-// over CAPR_LIMITS (submission._walk_for): flat in the worst row. Lab: labs/lab3_compress.py coop_pieces, coop_cut.
+// over CAPR_LIMITS (submission._walk_for): flat in the worst row, but 0.4-1.6 us slower than the per-row walk on some
+// rows where no row is long (it walks the rows' entries of all K, FINDINGS 25). Lab: labs/lab3_compress.py coop_pieces.
 template <int NB, int R, int EC>
 __device__ __forceinline__ void coop_walk(float (&ecorr)[R * 16][NB * 8 + 1], const int* roff, float (&part)[32][2][NB * 8],
                                           int (&prow)[32][2], const int2* __restrict__ esc, const bf16* __restrict__ x,
@@ -169,8 +167,7 @@ __device__ __forceinline__ void coop_walk(float (&ecorr)[R * 16][NB * 8 + 1], co
 // ---- gemvz_kernel: the compressed GEMV with its exception warp ------------------------------------
 // Contract: x as gemv_kernel; w = pack_z's stream: [N/16][K/64][A0 32 units | A1 32 units | C 32 units]
 // of 16 B; zbase uint8 [N], each row's window; the side table in CSR: row r's exceptions are
-// esc[eptr[r] .. eptr[r+1]) = int2 {k, fp32 bits of the correction}, k ascending (PIPE 8..13: the same entries cut
-// per row group and K slice, coop_walk); out bf16 [M, N].
+// esc[eptr[r] .. eptr[r+1]) = int2 {k, fp32 bits of the correction}, k ascending; out bf16 [M, N].
 // Requires N % (16R) == 0, K/64 % UG == 0, K/64 / UG >= S*NW (any S: split_units).
 //
 //   warps 0..NW-1 stream: per 64-wide group and row block, a lane loads A0, A1, C (48 B) and decodes 4
@@ -230,9 +227,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
       __shared__ float part[32][2][NB * 8];
       __shared__ int prow[32][2];
       const int2 slice = cta_slice<UG>(KG, S, sidx);
-      // the side table cut per (row group, slice) (submission.coop_table): this CTA's entries are one run, all in
-      // its K slice. Its row offsets are constant: read before the wait.
-      for (int i = lane; i <= R * 16; i += 32) roff[i] = __ldg(eptr + (rg * S + sidx) * R * 16 + i);
+      for (int i = lane; i <= R * 16; i += 32) roff[i] = __ldg(eptr + rg * R * 16 + i);  // constant: before the wait
       __syncwarp();
       pdl_wait();
       if constexpr (LATE) named_bar_sync1((NW + 1) * 32);

@@ -295,26 +295,6 @@ def coop_pieces(n, lanes=32):
     return [(min(l * c, n), min(l * c + c, n)) for l in range(lanes)]
 
 
-def coop_cut(eptr, esc, N, K, r, s, ug):
-    """The side table cut for the cooperative walk (submission.coop_table) at R = r (CTAs of 16 r rows), S = s, UG = ug:
-    (eptr [N s + 1], esc [n, 2]) with CTA (row group g, slice i)'s entries at esc[eptr[(g s + i) 16 r + row] .. eptr[...
-    + row + 1]): its rows in order, each row's entries of its K slice in k order. One contiguous run per CTA, so the walk
-    loads no entry of another slice. Built entry by entry (the lab's form; the torch one sorts by run)."""
-    rb, T = 16 * r, K // 64 // ug
-    bounds = [cta_units(T, s, i)[0] * ug * 64 for i in range(s)] + [K]
-    runs = [[] for _ in range(N * s)]
-    for row in range(N):
-        g, rl = divmod(row, rb)
-        for i in range(int(eptr[row]), int(eptr[row + 1])):
-            k = int(esc[i, 0])
-            sl = max(j for j in range(s) if bounds[j] <= k)
-            runs[(g * s + sl) * rb + rl].append((int(esc[i, 0]), int(esc[i, 1])))
-    cut_eptr = np.zeros(N * s + 1, np.int64)
-    cut_eptr[1:] = np.cumsum([len(run) for run in runs])
-    cut_esc = np.array([e for run in runs for e in run] or [(0, 0)], np.int64).reshape(-1, 2)
-    return cut_eptr, cut_esc
-
-
 def coop_ecorr(eptr, esc, x, row0, rows, klo, khi, NB, EC):
     """ecorr [rows, 8 NB] as gemvz's cooperative walk (PIPE 8..13, coop_walk) computes it for the CTA's rows row0 ..
     row0 + rows - 1 and K slice [klo, khi): each lane sums its piece in k order, one fma a term; a row inside one lane's
@@ -374,8 +354,6 @@ def gemvz_emulate(stream, zbase, eptr, esc, x, N, K, nw, s, ug, corrections=True
     EC = exc_chunk(NB)
     words = np.ascontiguousarray(stream).reshape(-1, 16).view("<u4")   # 16-byte units, 4 words each
     xflat = x.reshape(-1)
-    if coop:                                     # the cooperative walk reads the table cut per CTA (R = 1 here)
-        ceptr, cesc = coop_cut(eptr, esc, N, K, 1, S, UG)
     y = np.full((M, N), np.nan)
     for rb in range(N // 16):                                            # blockIdx.x
         ws = np.zeros((S, NB * 32, 4), np.float32)
@@ -385,7 +363,7 @@ def gemvz_emulate(stream, zbase, eptr, esc, x, N, K, nw, s, ug, corrections=True
             # warp NW: the exception warp. lane -> row r = lane & 15, tokens p, p+2, ... (p = lane >> 4)
             klo, khi = (c * UG * 64 for c in cta_units(T, S, sidx))
             if coop and corrections:
-                ecorr = coop_ecorr(ceptr, cesc, x, (rb * S + sidx) * 16, 16, klo, khi, NB, EC)
+                ecorr = coop_ecorr(eptr, esc, x, rb * 16, 16, klo, khi, NB, EC)
             for lane in range(32 if not coop else 0):
                 r, p = lane & 15, lane >> 4
                 ea = np.zeros(NB * 4, np.float32)

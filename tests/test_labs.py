@@ -489,38 +489,6 @@ def test_gemvz_emulate_uneven_split_keeps_every_exception_once():
         assert np.max(np.abs(y - ref) / (np.abs(x) @ np.abs(Wf).T)) < 1e-5, (m, nw, s, ug)
 
 
-def test_the_cooperative_walks_side_table_is_cut_per_cta_as_the_lab_cuts_it():
-    """coop_table (torch) against lab 3's coop_cut (numpy, entry by entry) on a packed weight with long rows, at R = 1 / 2,
-    even and uneven S, UG = 1 / 2: the same table; every CTA's run holds its rows in order, each row's entries of its
-    K slice in k order, every entry once; coop_chain is the longest run over 32 lanes; S = 1 is the table itself."""
-    import judge
-    N, K = 96, 64 * 14
-    w = judge.trained_like(N, K, 5, "cpu")
-    w[7, ::5] = 65536.0
-    w[40, 3::3] = -65536.0
-    z = submission.pack_z(w)
-    assert z.n_exc > 400 and z.capr >= 240
-    eptr, esc = z.eptr.numpy(), z.esc.numpy()
-    for r, s, ug in ((1, 2, 1), (2, 3, 1), (1, 4, 2), (2, 5, 1), (1, 1, 1)):
-        ce, cs = submission.coop_table(z, r, s, ug)
-        le, ls = lab3.coop_cut(eptr, esc, N, K, r, s, ug)
-        assert np.array_equal(ce.numpy(), le) and np.array_equal(cs[:z.n_exc].numpy(), ls[:z.n_exc]), (r, s, ug)
-        if s == 1:
-            assert ce is z.eptr and cs is z.esc
-            continue
-        bounds, rb = submission.slice_bounds(K, s, ug), 16 * r
-        assert bounds[0] == 0 and bounds[-1] == K and len(bounds) == s + 1
-        for run in range(N // rb * s):
-            g, i = divmod(run, s)
-            for rl in range(rb):
-                a, b = int(ce[run * rb + rl]), int(ce[run * rb + rl + 1])
-                row = g * rb + rl
-                want = [tuple(e) for e in esc[eptr[row]:eptr[row + 1]].tolist() if bounds[i] <= e[0] < bounds[i + 1]]
-                assert [tuple(e) for e in cs[a:b].tolist()] == want, (r, s, ug, run, rl)
-        per_cta = (ce[rb::rb].long() - ce[:-rb:rb].long())
-        assert submission.coop_chain(z, r, s, ug) == -(-int(per_cta.max()) // 32)
-
-
 def test_coop_walk_pieces_cover_every_entry_once_and_rows_split_between_lanes_stay_exact():
     # gemvz PIPE 8..13 (coop_walk): the CTA's entries in 32 contiguous pieces; a row with many out-of-window weights
     # (here 70 in row 5, more than two pieces) is summed by several lanes, then over the lanes in lane order
