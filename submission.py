@@ -3548,8 +3548,9 @@ def _compress_verified(w, ext=None, limits=True):
     except ValueError as e:
         raise _NoCompression(str(e))
     rate = z.n_exc / (N * K)
-    if limits and z.capr > MAX_CAPR and coop_chain(z, 1) > MAX_CAPR:
-        raise _NoCompression(f"{z.capr} exceptions in one row and {coop_chain(z, 1)} a lane in the cooperative walk > "
+    chain = coop_chain(z, 1) if limits and z.capr > MAX_CAPR else 0
+    if chain > MAX_CAPR:
+        raise _NoCompression(f"{z.capr} exceptions in one row and {chain} a lane in the cooperative walk > "
                              f"MAX_CAPR {MAX_CAPR} ({100 * rate:.3f}% of weights out of window)")
     if limits and rate > MAX_EXC_RATE:
         raise _NoCompression(f"{100 * rate:.3f}% of weights out of window > {100 * MAX_EXC_RATE:.2f}%, the largest "
