@@ -3297,7 +3297,6 @@ class Layer:
                 self.plans[m] = PlanEntry(path, cfg, f"{why} (planner's pick: {config_short(old)})")
         if dirty:
             _write_tune_cache(cache_path, cache)
-        self._launches = {}
 
     def describe(self):
         mb = self.weight.numel() * self.weight.element_size() / 1e6
@@ -3517,6 +3516,12 @@ def coop_chain(z, r):
     return -(-int((e[g::g] - e[:-g:g]).max()) // 32) if z.n_exc else 0
 
 
+def coop_twin(cfg):
+    """A per-row-walk compressed config's twin with the cooperative walk (gemvz PIPE + 8, coop_walk); any other config
+    (plain, or already cooperative) as it is."""
+    return cfg._replace(pipe=cfg.pipe + 8) if isinstance(cfg, GemvzConfig) and cfg.pipe < 8 else cfg
+
+
 def _walk_for(z, cfg, m):
     """The exception walk of a compressed plan: (cfg, '') with the per-row walk while the worst row (capr) is within
     CAPR_LIMITS at m; (cfg with PIPE + 8, the note) with the cooperative walk where capr is over it and coop_chain is
@@ -3525,7 +3530,7 @@ def _walk_for(z, cfg, m):
     if z.capr <= climit or cfg.pipe >= 8:
         return cfg, ""
     chain = coop_chain(z, cfg.r)
-    coop = cfg._replace(pipe=cfg.pipe + 8)
+    coop = coop_twin(cfg)
     if chain > climit:
         return (f"{z.capr} exceptions in one row and {chain} a lane in the cooperative walk > {climit}, where the walk "
                 f"outlasts the stream at m={m} (CAPR_LIMITS)")

@@ -206,11 +206,11 @@ def run_case(args, spec, exts, label):
     first = exts[args.variant[0]]
     preps = [cases.prepare(spec, ext=first) for _ in range(args.preps)]   # all held: memory of its own each
     Ls, m, x = preps[0]
-    if Ls[0].plan(m).config not in (want.config, cases.coop_twin(want.config)):
+    if Ls[0].plan(m).config not in (want.config, S.coop_twin(want.config)):
         raise SystemExit(f"[ab] {spec}: prepare planned {Ls[0].plan(m)}, the build was made for {want.config} "
                          f"(the CPU's plan)")
     if Ls[0].plan(m).config != want.config and (not args.field or args.field[0] != "pipe"):
-        fit = {v: cases.coop_twin(c) for v, c in fit.items()}   # the case's weights have a long row: every choice
+        fit = {v: S.coop_twin(c) for v, c in fit.items()}   # the case's weights have a long row: every choice
         print(f"[ab] {spec}: its weights take the cooperative walk (PIPE + 8): {Ls[0].plan(m).why}", flush=True)
     xs = [x_allocation(x, j) for j in range(args.xallocs)]
 

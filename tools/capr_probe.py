@@ -57,7 +57,7 @@ def main(argv=None):
             Lp = [S.prepare(name, w, path="plain") for _ in range(P)]
             Lc = []
             if args.coop:     # the same plans with the cooperative walk (the shipped build has every twin)
-                coop = {m: Lz[0].plan(m).config._replace(pipe=Lz[0].plan(m).config.pipe + 8) for m in ms}
+                coop = {m: S.coop_twin(Lz[0].plan(m).config) for m in ms}
                 Lc = [S.prepare(name, w, path="compressed") for _ in range(P)]
             for m in ms:
                 x = judge.fresh_x(m, K, 11 + m, "cuda")

@@ -106,11 +106,6 @@ def inst_of(cfg, m, dual):
     return None
 
 
-def coop_twin(cfg):
-    """A per-row-walk compressed config's cooperative-walk twin (PIPE + 8); any other config as it is."""
-    return cfg._replace(pipe=cfg.pipe + 8) if isinstance(cfg, S.GemvzConfig) and cfg.pipe < 8 else cfg
-
-
 def variant_defines(variant):
     """'' -> (); 'MUSE_A+MUSE_B' -> ('MUSE_A', 'MUSE_B'). SystemExit for a name that is not a macro name or that the
     kernel source never mentions (a misspelt variant would time the shipped code under another name)."""
@@ -128,7 +123,7 @@ def build(defines, plans):
     each compressed one's cooperative-walk twin (PIPE + 8): prepare takes it where the case's weights have a long row
     (submission._walk_for), which the CPU's plan cannot know (the weights are drawn on the GPU)."""
     insts = {inst_of(p.config, p.m, p.dual) for p in plans} - {None}
-    insts |= {inst_of(coop_twin(p.config), p.m, p.dual) for p in plans} - {None}
+    insts |= {inst_of(S.coop_twin(p.config), p.m, p.dual) for p in plans} - {None}
     insts = sorted(insts)
     return S.build_extension(defines=tuple(defines), insts=insts)
 
