@@ -172,14 +172,14 @@ def test_a_compressed_case_builds_its_cooperative_walk_twin_too(builds):
     import ab
     assert ab.main(["--build-only", "--field", "s=1,2", "o_proj:1:compressed", "o_proj:1:plain"]) == 0
     z = cases.planned("o_proj:1:compressed").config
-    assert isinstance(z, S.GemvzConfig) and z.pipe < 8 and cases.coop_twin(z) == z._replace(pipe=z.pipe + 8)
-    zi, ti = _inst("o_proj:1:compressed"), cases.inst_of(cases.coop_twin(z), 1, False)
+    assert isinstance(z, S.GemvzConfig) and z.pipe < 8 and S.coop_twin(z) == z._replace(pipe=z.pipe + 8)
+    zi, ti = _inst("o_proj:1:compressed"), cases.inst_of(S.coop_twin(z), 1, False)
     assert ti == ("gemvz", (*zi[1][:4], zi[1][4] + 8))
     (_, insts), = builds
     assert zi in insts and ti in insts and _inst("o_proj:1:plain") in insts
     assert sum(k == "gemvz" for k, _ in insts) == 2            # S does not change the instantiation
     p = cases.planned("o_proj:1:plain").config
-    assert cases.coop_twin(p) is p and cases.coop_twin(cases.coop_twin(z)) == cases.coop_twin(z)
+    assert S.coop_twin(p) is p and S.coop_twin(S.coop_twin(z)) == S.coop_twin(z)
 
 
 def test_ab_sweeps_the_cooperative_walk_when_prepare_took_it(builds, fake_gpu, monkeypatch, capsys):
@@ -191,7 +191,7 @@ def test_ab_sweeps_the_cooperative_walk_when_prepare_took_it(builds, fake_gpu, m
 
     class Copy(_Layer):
         def __init__(self):
-            self.cfg = cases.coop_twin(base)
+            self.cfg = S.coop_twin(base)
 
         def plan(self, m):
             return S.PlanEntry("compressed", self.cfg, "planner: cooperative exception walk (PIPE 12)")
@@ -465,6 +465,12 @@ def test_plan_grid_times_exactly_what_the_planner_prices():
                     assert extra == got + [("plain", plain)]
                 else:
                     assert extra == got
+                if m <= 16:             # --plain-gemvt 3: the 3 cheapest gemvt that fit at m, plain_gemvt's pick first
+                    t16 = [c for f, c in plan_grid.candidates(d["N"], d["K"], m, [], plain_gemvt=3) if f == "t16"]
+                    assert len(t16) <= 3 and all(not S.config_misfit(c, d["N"], d["K"], m) for c in t16)
+                    pick = S.plain_gemvt(d["N"], d["K"], m, None)
+                    if pick is not None:
+                        assert t16[0] == pick[0], (name, m)
 
 
 def test_plan_fit_prices_with_the_shipped_formula_and_writes_the_literal_back():

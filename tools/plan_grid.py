@@ -78,8 +78,8 @@ def candidates(N, K, m, families, plain=False, max_s=S.PLAN_MAX_S, max_ctas=S.PL
         if c is not None:
             out.append(("plain", c))
     if plain_gemvt and path == "compressed":   # gemvt at m <= 16: the m = 17..32 class's candidates, cheapest first
-        priced = S.plan_priced(N, K, 32, "plain")[:plain_gemvt]
-        out += [("t16", c) for _, c, _ in priced if not S.config_misfit(c, N, K, m)]
+        fit = [c for _, c, _ in S.plan_priced(N, K, 32, "plain") if not S.config_misfit(c, N, K, m)]
+        out += [("t16", c) for c in fit[:plain_gemvt]]   # the first is plain_gemvt's pick
     return out
 
 
