@@ -405,10 +405,7 @@ def _nan_equal(a, b):
     return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
 
 
-# prepare()'s options per --backend: "tables" (what the submission does: CUDA, or Triton where TPICK says so),
-# "cuda" (never Triton), "triton" (every layer forced onto the Triton path)
-BACKENDS = {"tables": {}, "cuda": {"tpick": frozenset()}, "triton": {"path": "triton"}}
-PREPARE_KW = BACKENDS["tables"]
+PREPARE_KW = {}   # prepare()'s options for every layer the judge prepares (--no-tables, --tune set them)
 
 
 def correctness(sub, device, layers, ms, log=print, seed=1234, specs=None, weights="trained", extras=True):
@@ -560,12 +557,12 @@ PLAIN_ROUNDS = 3
 
 
 def plan_source(plan):
-    """Where a plan's config came from: 'table' (a tuned row of CTABLE / ZTABLE / TTABLE), 'tuned' (set_config, or
+    """Where a plan's config came from: 'table' (a tuned row of CTABLE / ZTABLE), 'tuned' (set_config, or
     prepare(tune=True): timed on the device, or its cache), or 'planner' (the planner's PLANNER rules or the default
     rule, for a shape no table covers); None for the fallback."""
     if plan.path == "fallback":
         return None
-    return "table" if plan.why.startswith(("CTABLE", "ZTABLE", "TTABLE")) else (
+    return "table" if plan.why.startswith(("CTABLE", "ZTABLE")) else (
         "tuned" if plan.why.startswith(("set_config", "tuned")) else "planner")
 
 
@@ -709,7 +706,6 @@ def write_result(res, path=None, tag=""):
     """results/judge-<date>-<sha><tag>.json (--shapes public: shapes-<date>-<sha><tag>.json) and its PNG."""
     os.makedirs(os.path.join(ROOT, "results"), exist_ok=True)
     if path is None:
-        tag = ("" if res.get("backend", "tables") == "tables" else "-" + res["backend"]) + tag
         kind = {"public": "shapes", "holdout": "holdout"}.get(res.get("shapes"), "judge")
         path = os.path.join(ROOT, "results", f"{kind}-{res['date'][:10]}-{res['commit']}{tag}.json")
     with open(path, "w") as f:
@@ -818,9 +814,6 @@ def main(argv=None):
     ap.add_argument("--no-correctness", action="store_true", help="timing only (not a valid judge run)")
     ap.add_argument("--json", default=None, help="result path (default results/judge-<date>-<sha>.json)")
     ap.add_argument("--compare", default=None, help="an older result JSON: print per-shape deltas")
-    ap.add_argument("--backend", choices=tuple(BACKENDS), default="tables",
-                    help="tables: as the submission runs (default); cuda: never the Triton path; triton: every "
-                         "layer on the Triton path")
     args = ap.parse_args(argv)
     specs = SHAPE_SETS[args.shapes]
     layers = list(specs) if args.layers is None else [l for l in args.layers.split(",") if l]
@@ -831,9 +824,9 @@ def main(argv=None):
     t_start = time.time()
     import submission as sub
     global PREPARE_KW
-    PREPARE_KW = dict(BACKENDS[args.backend])
+    PREPARE_KW = {}
     if args.no_tables:
-        PREPARE_KW.update(ctable={}, ztable={}, ttable={}, tpick=frozenset())
+        PREPARE_KW.update(ctable={}, ztable={})
     if args.tune:
         PREPARE_KW["tune"] = True
     tag = "".join(t for t, on in (("-notables", args.no_tables), ("-tuned", args.tune),
@@ -847,7 +840,7 @@ def main(argv=None):
     device = torch.device("cuda")
     dev_name = torch.cuda.get_device_name()
     print(f"[judge] {dev_name}, torch {torch.__version__}, commit {git_sha()}, PDL default "
-          f"{'on' if sub._pdl_default() else 'off'}, backend {args.backend}, shapes {args.shapes}, weights "
+          f"{'on' if sub.pdl_default() else 'off'}, shapes {args.shapes}, weights "
           f"{args.weights}{', tables ignored' if args.no_tables else ''}")
     correct, failures = None, []
     if not args.no_correctness:
@@ -865,7 +858,7 @@ def main(argv=None):
         scored = args.shapes == "scored"
         rows = timing(sub, device, layers, ms, replays, pdl_compare=not args.quick and scored,
                       isolated=not args.quick and scored,
-                      plain_compare=not args.quick and args.backend == "tables" and scored and not args.no_tables,
+                      plain_compare=not args.quick and scored and not args.no_tables,
                       specs=specs, weights=args.weights)
         for r in rows:
             r["correct"] = correct
@@ -892,7 +885,7 @@ def main(argv=None):
         if args.compare:
             compare(rows, args.compare)
     res = make_result(dev_name, rows, correct, failures, {"total_s": round(time.time() - t_start, 1),
-                                                          "backend": args.backend, "shapes": args.shapes,
+                                                          "shapes": args.shapes,
                                                           "weights": args.weights, "tables": not args.no_tables,
                                                           "tune": args.tune})
     path, png = write_result(res, args.json, tag)

@@ -5,25 +5,21 @@
     python tune.py --no-write               # measure and print only
     python tune.py --paths compressed       # one path only (the other path's rows are kept)
     python tune.py --pf 0,1 --pf-final 0   # L2 prefetch values for the screen / the finalists
-    python tune.py --co-final -1,0,100      # shared memory carveouts tried on the finalists
-    python tune.py --backend triton         # the Triton path's configs -> tables/ttable.json
     python3 tune.py --shapes 6144x4096,4096x14336      # your own shapes: registered, then tuned (bf16)
     python3 tune.py --config path/to/config.json       # a model config's linear layers (qkv, o, gate_up, down, lm_head)
     python3 build.py                        # then regenerate submission.py from the tables
 
-How: one extension holds every candidate instantiation (plain NW in {4, 8, 16} x U in {1, 2, 4, 8} x
-PIPE 0..5; compressed NW in {4, 8, 16} x UG in {1, 2, 4} x PIPE 0..5; for the NB and DUAL the selected
-shapes need), compiled from submission.KERNEL_SRC split over several .cu files so ninja builds them on all
+How: one extension holds every candidate instantiation (plain NW in {4, 8, 16} x U in {1, 2, 4} x R in {1, 2, 4}
+x the six (loop, mb) pairs LOOP_MBS; compressed NW x UG in {1, 2, 4} x R x LOOP_MBS; gemvt NW in {4, 8} x ST x KA; for
+the NB and DUAL the selected shapes need), compiled from submission.KERNEL_SRC split over several .cu files so ninja
+builds them on all
 cores. Candidates that spill (local memory > 0, as the compiler reports) are dropped. Each candidate, with
 every S that divides K and each screen pf (--pf), is screened with a light replay count of SPEC's timing (P
 copies >= 2 GB, one graph of P back-to-back calls); the finalists are timed again with the full replay count,
 each also at every --pf-final value and with PDL off, and the winner of each path goes to tables/ctable.json
 (plain) and tables/ztable.json (compressed) with its runner-ups. Tables are written after each layer, so an
-interrupted run keeps what it finished; rerun with --layers to resume.
-
---backend triton sweeps the Triton path instead (triton_candidates: bn x bk x the two split factors just
-above one wave of programs, ticket mode, plus atomic mode for bk = 128); Triton compiles each (config, BM) once,
-on first use, so this sweep's time is mostly compilation. Winners go to tables/ttable.json.
+interrupted run keeps what it finished; rerun with --layers to resume. --no-write writes nothing anywhere (not the
+tables, not a --shapes / --config registration in tables/shapes.json).
 """
 import argparse
 import datetime
@@ -45,9 +41,9 @@ NWS = (4, 8, 16)
 US = (1, 2, 4)
 UGS = (1, 2, 4)
 RS = (1, 2, 4)
-PIPES = (0, 1, 2, 3, 4, 5)
+LOOP_MBS = ((0, 0), (0, 1), (1, 0), (1, 2), (2, 0), (2, 2))   # (loop, mb) pairs the register kernels are tuned over
 # gemvt_kernel (GemvtConfig: TMA ring + wgmma, bf16 weights only): NW consumer warps, ST stages of the ring, KA 64-k
-# atoms a stage; S only where the grid has 0.5 to 4 CTAs per SM (a CTA holds up to 227 KB of ring).
+# atoms a stage; S only where the grid has 0.5 to 4 CTAs per SM (a CTA holds up to the opt-in shared memory of ring).
 TMA_NWS = (4, 8)
 TMA_STS = (4, 8, 12)
 TMA_KAS = (1, 2)
@@ -55,11 +51,8 @@ TMA_KAS = (1, 2)
 # whose slice is one batch). --pf / --pf-final override.
 PFS = (0,)
 FINAL_PFS = (0, 1)
-# Shared memory carveout (co, percent; -1 = the driver's choice): the screen uses -1; --co-final adds values for
-# the finalists (session 3: the dynamic shared memory attribute, which changes the driver's choice, moved the
-# router by 2.6 us and a qkv_gate m=32 config by 5.8 us).
-FINAL_COS = (-1,)
 ROOT = os.path.dirname(os.path.abspath(__file__))
+FAMILY = {f.name: i for i, f in enumerate(sub.FAMILIES)}   # the glue's family index
 RENAMED = ("muse_launch", "muse_attrs", "unpackz_launch", "unpackz_kernel")
 
 
@@ -72,28 +65,28 @@ def instances(nbs, duals, paths=("plain", "compressed"), nws=NWS, tma=True):
     for nw in nws:
         for nb in nbs:
             for r in RS:
-                for pipe in PIPES:
-                    pipelined = pipe in (1, 2, 4, 5)
-                    xbufs = 2 if pipe >= 4 else 1          # PIPE 4/5: the next trip's x in flight too
+                for loop, mb in LOOP_MBS:
+                    pipelined = loop >= 1
+                    xbufs = 2 if loop == 2 else 1          # loop 2: the next trip's x in flight too
                     for u in US:
                         for dual in duals:
                             if not dual and "plain" not in paths:
                                 continue
                             frags = 8 * u * r * (2 if dual else 1) * (2 if pipelined else 1)
                             regs = frags + (4 * u * nb * xbufs if pipelined else 4 * nb) + 4 * r * nb
-                            if regs <= 200 and sub.smem_bytes(nw, nb, r, False) <= sub.SMEM_LIMIT:
-                                out.append(("gemv", (nw, u, nb, r, dual, pipe)))
+                            if regs <= 200 and sub.smem_bytes(nw, nb, r, False) <= sub.STATIC_SMEM:
+                                out.append(("gemv", (nw, u, nb, r, dual, loop, mb)))
                     if False not in duals or "compressed" not in paths:
                         continue
                     for ug in UGS:
                         frags = 12 * ug * r * (2 if pipelined else 1)
                         regs = frags + (8 * ug * nb * xbufs if pipelined else 8 * nb) + 4 * r * nb + 16
-                        if regs <= 200 and sub.smem_bytes(nw, nb, r, True) <= sub.SMEM_LIMIT:
-                            out.append(("gemvz", (nw, ug, nb, r, pipe)))
+                        if regs <= 200 and sub.smem_bytes(nw, nb, r, True) <= sub.STATIC_SMEM:
+                            out.append(("gemvz", (nw, ug, nb, r, loop, mb, 0)))
     # gemvt_kernel (the TMA ring, GemvtConfig): bf16 weights, plain path only
     if tma and "plain" in paths and False in duals:
         for nw, nb, st, ka in itertools.product(TMA_NWS, nbs, TMA_STS, TMA_KAS):
-            if sub.gemvt_smem(nw, st, nb, ka) <= sub.TMA_SMEM_LIMIT:
+            if sub.gemvt_smem(nw, st, nb, ka) <= sub.hardware().smem_cta:
                 out.append(("gemvt", (nw, st, nb, ka)))
     return out
 
@@ -107,9 +100,9 @@ def tune_sources(insts, nfiles):
         head = "".join(f"#define {n} {n}_{i}\n" for n in RENAMED)
         files.append(head + sub.variant_source((), insts[i::nfiles]))
     sig = {
-        "muse_launch": ("int kind, const int* t, const GemvArgs& a, int co, bool pdl, cudaStream_t st",
-                        "kind, t, a, co, pdl, st"),
-        "muse_attrs": ("int kind, const int* t, int* res", "kind, t, res"),
+        "muse_launch": ("int family, const int* t, int n, const GemvArgs& a, bool pdl, cudaStream_t st",
+                        "family, t, n, a, pdl, st"),
+        "muse_attrs": ("int family, const int* t, int n, int* res", "family, t, n, res"),
     }
     cpp = [sub.BIND_SRC]
     for name, (params, args) in sig.items():
@@ -148,32 +141,18 @@ def build_tune_ext(insts, nfiles=None):
 
 
 # ---- candidates ------------------------------------------------------------------------------------
-def triton_candidates(N, K, m, dual):
-    """The Triton sweep for one shape: bn in {32, 64}, bk in {128, 256}, the two split factors s whose grids
-    come closest above one wave (132 programs), warps 4, stages 3; ticket mode, and atomic mode for bk = 128."""
-    out = []
-    for bn in (32, 64):
-        for bk in (128, 256):
-            ss = [s for s in (1, 2, 4, 8, 16, 32, 64) if K % (s * bk) == 0 and N // bn * s >= 132][:2]
-            for s in ss:
-                for mode in (("ticket", "atomic") if bk == 128 and s > 1 else ("ticket",)):
-                    c = sub.TritonConfig(bn, bk, s, 4, 3, mode)
-                    if not sub.config_misfit(c, N, K, m, dual):
-                        out.append(c)
-    return out
-
-
 def s_options(kblocks, per_cta, row_groups, uneven=False):
     """S values that keep the grid below 16 CTAs per SM: the powers of two that divide the K blocks, and with uneven
     (gemvz since session 20: split_units) also every S up to 16 whose grid stays within 6 CTAs an SM and that leaves
     each of the per_cta warp-units of a CTA at least one (qwen2-7b.down's best, S = 3 on 112 row groups, fills no whole
     wave: S20c1's grid)."""
     out, s = [], 1
-    while kblocks % (s * per_cta) == 0 and row_groups * s <= 132 * 16:
+    sms = sub.hardware().sms
+    while kblocks % (s * per_cta) == 0 and row_groups * s <= sms * 16:
         out.append(s)
         s *= 2
     if uneven:
-        out += [v for v in range(2, 17) if v not in out and kblocks >= v * per_cta and row_groups * v <= 132 * 6]
+        out += [v for v in range(2, 17) if v not in out and kblocks >= v * per_cta and row_groups * v <= sms * 6]
     return sorted(out)
 
 
@@ -187,7 +166,7 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
         for nw in TMA_NWS:
             for st in TMA_STS:
                 for ka in TMA_KAS:
-                    a = ext.attrs(sub.KINDS.index("gemvt"), [nw, st, nb, ka])
+                    a = ext.attrs(FAMILY["gemvt"], [nw, st, nb, ka])
                     if not a:
                         continue
                     if a[1] > 0:
@@ -195,9 +174,10 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
                         continue
                     tiles = N // (16 * nw)
                     # powers of two, and the S (need not divide K) that fill 75-100% of one wave at one or two CTAs
-                    # an SM: the ring holds up to 227 KB, so a second wave costs a whole CTA's time
-                    ss = sorted({s for s in s_options(K // 64, ka, tiles) if 66 <= tiles * s <= 528} |
-                                {s for s in range(2, 33) for w in (132, 264) if 0.75 * w <= tiles * s <= w})
+                    # an SM: the ring holds most of the SM's shared memory, so a second wave costs a whole CTA's time
+                    sms = sub.hardware().sms
+                    ss = sorted({s for s in s_options(K // 64, ka, tiles) if sms // 2 <= tiles * s <= 4 * sms} |
+                                {s for s in range(2, 33) for w in (sms, 2 * sms) if 0.75 * w <= tiles * s <= w})
                     for s in ss:                  # config_misfit refuses an S past K / (64 ka)
                         for cl in ((2, 0) if s > 1 else (0,)):
                             c = sub.GemvtConfig(nw, s, st, ka, 1, cl)
@@ -209,9 +189,9 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
             for r in RS:
                 if N % (16 * r):
                     continue
-                for pipe in PIPES:
-                    a = (ext.attrs(sub.KINDS.index("gemvz"), [nw, u, nb, r, pipe]) if compressed else
-                         ext.attrs(sub.KINDS.index("gemv"), [nw, u, nb, r, int(dual), pipe]))
+                for loop, mb in LOOP_MBS:
+                    a = (ext.attrs(FAMILY["gemvz"], [nw, u, nb, r, loop, mb, 0]) if compressed else
+                         ext.attrs(FAMILY["gemv"], [nw, u, nb, r, int(dual), loop, mb]))
                     if not a:
                         continue
                     if a[1] > 0:
@@ -222,11 +202,11 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
                     kblocks = K // 64 if compressed else K // 32
                     for s in s_options(kblocks, nw * u, N // (16 * r), uneven=compressed):
                         for pf in pfs:
-                            # S > 1: the cluster reduction (cl=2, st.async + mbarrier: faster than or tied with
-                            # cl=1 on all 9 cl=1 rows swept in session 5), and the ticket only where the cluster
-                            # does not fit (session 2's sweep: every S > 1 winner took the cluster where it fit)
+                            # S > 1: the cluster reduction, and the ticket only where the cluster does not fit (every
+                            # S > 1 winner took the cluster where it fit: FINDINGS, "split-K")
                             for cl in ((2, 0) if s > 1 else (0,)):
-                                c = (sub.GemvzConfig if compressed else sub.GemvConfig)(nw, s, u, r, pipe, pf, 1, cl)
+                                c = (sub.GemvzConfig(nw, s, u, r, loop, mb, 0, pf, 1, cl) if compressed else
+                                     sub.GemvConfig(nw, s, u, r, loop, mb, pf, 1, cl))
                                 if not sub.config_misfit(c, N, K, m, dual):
                                     out.append(c)
                                     break
@@ -239,10 +219,10 @@ def time_config(Ls, m, cfg, x, replays):
     return judge.per_call_us(sub.kernel_fn, Ls, x, replays, warmup=1)
 
 
-def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=(), final_cos=(), misfit=lambda c: None):
-    """Screen every candidate, re-time the best `keep`, each also at every pf of final_pfs, every carveout of
-    final_cos and without PDL, leaving out the variants misfit(cfg) refuses (a field value the config's path does not
-    take); returns [(us, cfg)] sorted, finalists first."""
+def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=(), misfit=lambda c: None):
+    """Screen every candidate, re-time the best `keep`, each also at every pf of final_pfs and without PDL, leaving out
+    the variants misfit(cfg) refuses (a field value the config's path does not take); returns [(us, cfg)] sorted,
+    finalists first."""
     res = []
     for c in cands:
         try:
@@ -250,12 +230,11 @@ def tune_shape(Ls, m, x, cands, screen, full, keep, log, final_pfs=(), final_cos
         except RuntimeError as e:
             log(f"    {c}: {e}")
     res.sort(key=lambda r: r[0])
-    # finalists: the best `keep`, each also without PDL (a config whose CTAs crowd the SMs can lose to the
-    # next kernel's early CTAs: measured 2026-11-30 on qkv_gate, NW=16 S=1: 12.2 us with PDL, 10.2 without)
+    # finalists: the best `keep`, each also without PDL (a config whose CTAs crowd the SMs can lose to the next
+    # kernel's early CTAs: FINDINGS, "PDL")
     variants = []
     for _, c in res[:keep]:
         bases = [c] + [c._replace(pf=p) for p in final_pfs if "pf" in c._fields and p != c.pf]   # gemvt: no pf
-        bases += [b._replace(co=v) for b in list(bases) for v in final_cos if v != b.co]
         for b in bases:
             for c2 in (b, b._replace(pdl=0)):
                 if c2 not in variants and not misfit(c2):
@@ -286,7 +265,7 @@ def best_by(ranked, field):
     screened)."""
     best = {}
     for us, c in ranked:
-        v = getattr(c, field, type(c).__name__)     # a field the config type lacks (gemvt: pf, pipe): its type
+        v = getattr(c, field, type(c).__name__)     # a field the config type lacks (gemvt: pf, loop): its type
         best[v] = min(us, best.get(v, us))
     return f"{field} " + ", ".join(f"{v}: {us:.2f}" for v, us in sorted(best.items(), key=lambda kv: str(kv[0])))
 
@@ -316,16 +295,16 @@ def main(argv=None):
                          "(tools/device.sh prebuild: overlaps it with the shipped build)")
     ap.add_argument("--nw", default=",".join(map(str, NWS)), help="warps per CTA to try")
     ap.add_argument("--budget-s", type=float, default=540, help="stop (tables saved) before this many seconds")
-    ap.add_argument("--backend", choices=("cuda", "triton"), default="cuda")
     ap.add_argument("--no-tma", action="store_true", help="leave gemvt_kernel (TMA ring + wgmma) out")
     ap.add_argument("--paths", default="plain,compressed", help="CUDA paths to tune: plain, compressed or both")
     ap.add_argument("--pf", default=",".join(map(str, PFS)), help="L2 prefetch values to screen (0, 1)")
     ap.add_argument("--pf-final", default=",".join(map(str, FINAL_PFS)), help="L2 prefetch values for the finalists")
-    ap.add_argument("--co-final", default=",".join(map(str, FINAL_COS)),
-                    help="shared memory carveouts (-1 = driver's choice, 0..100 percent) for the finalists")
     args = ap.parse_args(argv)
     user = user_layers(args, ap.error)
-    if user:
+    if user and args.no_write:
+        print(f"[tune] layers of your own (--no-write: not registered in tables/shapes.json): {', '.join(user)}",
+              flush=True)
+    elif user:
         print(f"[tune] layers of your own in tables/shapes.json: {', '.join(user)}; `python3 build.py` after the tuning "
               f"compiles their rows into submission.py", flush=True)
     if not torch.cuda.is_available():
@@ -344,14 +323,9 @@ def main(argv=None):
     fpfs = tuple(int(v) for v in args.pf_final.split(",") if v)
     if not pfs or not set(pfs + fpfs) <= {0, 1}:
         ap.error(f"--pf {args.pf!r} / --pf-final {args.pf_final!r}: expected values in 0,1")
-    fcos = tuple(int(v) for v in args.co_final.split(",") if v)
-    if not all(-1 <= v <= 100 for v in fcos):
-        ap.error(f"--co-final {args.co_final!r}: expected -1 or percentages 0..100")
     nws = tuple(int(v) for v in args.nw.split(",") if v)
     if not nws or not set(nws) <= set(NWS):
         ap.error(f"--nw {args.nw!r}: expected values in {NWS}")
-    if args.backend == "triton":
-        return tune_triton(args, layers, ms, layer_info)
     t_start = time.time()
     duals = sorted({layer_info[l]["dtype"] == "fp32" for l in layers})
     nbs = sorted({sub.nb_of(m) for m in ms})
@@ -385,18 +359,18 @@ def main(argv=None):
             line = ""
             if "plain" in paths or dual:
                 cp, sp = candidates(ext, N, K, m, dual, False, pfs, nws, not args.no_tma)
-                rp = verified(Ls, m, x, tune_shape(Ls, m, x, cp, args.screen, args.full, args.keep, log, fpfs, fcos,
-                                                   misfit), log)
+                rp = verified(Ls, m, x, tune_shape(Ls, m, x, cp, args.screen, args.full, args.keep, log, fpfs, misfit),
+                              log)
                 crow[(name, m)] = row_of(name, m, rp, dev, date)
                 line = (f"plain {rp[0][1]} {rp[0][0]:.2f} us (next {rp[1][0]:.2f}; {len(cp)} cands, {sp} spilled; "
-                        f"{best_by(rp, 'pf')}; {best_by(rp, 'co')}; {best_by(rp, 'pipe')})")
+                        f"{best_by(rp, 'pf')}; {best_by(rp, 'loop')}; {best_by(rp, 'mb')})")
             if not dual and "compressed" in paths:
                 cz, sz = candidates(ext, N, K, m, dual, True, pfs, nws, not args.no_tma)
-                rz = verified(Ls, m, x, tune_shape(Ls, m, x, cz, args.screen, args.full, args.keep, log, fpfs, fcos,
-                                                   misfit), log)
+                rz = verified(Ls, m, x, tune_shape(Ls, m, x, cz, args.screen, args.full, args.keep, log, fpfs, misfit),
+                              log)
                 zrow[(name, m)] = row_of(name, m, rz, dev, date)
                 line += (f" | compressed {rz[0][1]} {rz[0][0]:.2f} us (next {rz[1][0]:.2f}; {len(cz)} cands, "
-                         f"{sz} spilled; {best_by(rz, 'pf')}; {best_by(rz, 'co')}; {best_by(rz, 'pipe')})")
+                         f"{sz} spilled; {best_by(rz, 'pf')}; {best_by(rz, 'loop')}; {best_by(rz, 'mb')})")
             done += 1
             el = time.time() - t_start
             log(f"[tune {done}/{total}] {name} m={m}: {line}  [{time.time() - t0:.0f} s; {el:.0f} s in all]")
@@ -438,54 +412,9 @@ def user_layers(args, error):
         print(f"[tune] left out, the kernels need N % 16 == 0 and K % 64 == 0 (torch runs them): {', '.join(bad)}")
     new = [(n, N, K) for n, N, K in new if not (N % 16 or K % 64)]
     try:
-        return build.add_user_layers(new) if new else []
+        return build.add_user_layers(new, write=not args.no_write) if new else []
     except ValueError as e:
         error(str(e))
-
-
-def tune_triton(args, layers, ms, layer_info):
-    """--backend triton: every shape's Triton candidates, screened then re-timed; winners to ttable.json."""
-    ext = sub.build_extension()            # prepare() needs the CUDA extension too (the shipped build, cached)
-    t_start = time.time()
-    dev, date = torch.cuda.get_device_name(), datetime.date.today().isoformat()
-    shapes = build.load_json("shapes.json")
-    tt = build.load_ttable()
-    trow = {(r["layer"], r["m"]): r for r in tt["rows"]}
-    total, done = len(layers) * len(ms), 0
-    for name in layers:
-        d = layer_info[name]
-        N, K, dual = d["N"], d["K"], d["dtype"] == "fp32"
-        w = judge.trained_like(N, K, 5, "cuda", torch.float32 if dual else torch.bfloat16)
-        Ls = [sub.prepare(name, w, path="triton", ext=ext) for _ in range(judge.copies_for(N * K * 2 * (2 if dual else 1)))]
-        for m in ms:
-            if time.time() - t_start > args.budget_s:
-                print(f"[tune] budget of {args.budget_s:.0f} s reached: stopping", flush=True)
-                break
-            t0 = time.time()
-            x = judge.fresh_x(m, K, 3 + m, "cuda")
-            cands = triton_candidates(N, K, m, dual)
-            ranked = tune_shape(Ls, m, x, cands, args.screen, args.full, args.keep, lambda s: print(s, flush=True))
-            # SPEC wants bit-identical repeats: only ticket mode may win; atomic mode is measured for comparison
-            ticket = verified(Ls, m, x, [r for r in ranked if r[1].mode == "ticket"], lambda s: print(s, flush=True))
-            atomic = [r for r in ranked if r[1].mode == "atomic"]
-            row = row_of(name, m, ticket, dev, date)
-            if atomic:
-                row["best_atomic"] = {"config": dict(atomic[0][1]._asdict()), "us": round(atomic[0][0], 3)}
-            trow[(name, m)] = row
-            done += 1
-            at = f"; best atomic {atomic[0][0]:.2f} us" if atomic else ""
-            print(f"[tune {done}/{total}] {name} m={m}: triton {ticket[0][1]} {ticket[0][0]:.2f} us (next "
-                  f"{ticket[1][0]:.2f}{at}; {len(cands)} cands)  [{time.time() - t0:.0f} s; "
-                  f"{time.time() - t_start:.0f} s in all]", flush=True)
-        del Ls
-        torch.cuda.empty_cache()
-        if not args.no_write:
-            tt["rows"] = _in_shape_order(trow, shapes)
-            tt["note"] = ("Triton winners measured by tune.py --backend triton (SPEC timing); build.py lists a row "
-                          "in TPICK where it beats the CUDA winner")
-            build.write_table("ttable.json", tt)
-    print(f"[tune] done in {time.time() - t_start:.0f} s")
-    return 0
 
 
 def _in_shape_order(rows, shapes):

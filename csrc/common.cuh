@@ -1,15 +1,31 @@
 // common.cuh: the pieces gemv_kernel, gemvz_kernel and gemvt_kernel share: x loads, the warps' reduction, the
-// split-K combine (global ticket or thread-block cluster), the store, and the MUSE_TRACE hooks.
+// split-K combine (global ticket or thread-block cluster), the store, and the (empty) instrument hooks.
 // defines: land_before_wait, load_xbatch, sum_warps, splitk_combine, cluster_combine, cluster_start, store_tile,
-//          MIN_BLOCKS, MuseTrace / TR_* (MUSE_TRACE builds), combine_store
+//          MuseTrace / TR_* / HOOK_* (empty here: csrc/instruments.cuh), combine_store
 #pragma once
 #include "args.h"
 #include "ptx.cuh"
 
+// ---- instrument hooks --------------------------------------------------------------------------------------------
+// Empty in the shipped build: it records and leaves out nothing. tools/ and tests/ compile variants with
+// csrc/instruments.cuh in front of this source, which defines them: a per-CTA timeline (MuseTrace, TR_*) and the
+// timing-only ablations of the split-K combine (HOOK_CLUSTER_START, HOOK_COMBINE).
+#ifndef INSTRUMENTS
+struct MuseTrace {};  // the per-CTA record of a trace build: an empty argument the compiler drops
+#define TR_G(i)
+#define TR_C(i)
+#define TR_ARRIVED(first, wv, xv)
+#define TR_FLUSH(stored)
+#define TR_EXC_DECL
+#define TR_EXC_END
+#define TR_EXC_READ
+#define HOOK_CLUSTER_START
+#define HOOK_COMBINE(...) (__VA_ARGS__)
+#endif
+
 // The warp does not reach griddepcontrol.wait before every load of its first batch has landed: chk folds one
 // word of each load, and a branch on it cannot issue before they are all in registers (its body is harmless if it
-// ever runs). gemvz_kernel does this (an A/B of compile-time variants, 2026-11-30: pooler m=1 12.55 -> 12.43 us, o_proj m=1
-// 6.75 -> 6.67); gemv_kernel does not (the router went 2.95 -> 3.35 us with it). FINDINGS.md, "PDL".
+// ever runs). gemvz_kernel does this (it gained there); gemv_kernel does not (the router lost with it). FINDINGS 6.3.
 __device__ __forceinline__ void land_before_wait(uint32_t chk) {
   if (chk == 0x7fc00123u) asm volatile("nanosleep.u32 1;");
 }
@@ -28,12 +44,11 @@ __device__ __forceinline__ void load_xbatch(uint4 (&xv)[U][NB], const bf16* cons
 // any S. The row's T = KB / UNIT units: CTA sidx takes d = T / S of them, one more for the first r = T % S CTAs,
 // contiguous in sidx order; inside the CTA, warp w takes its share of those the same way (wd, one more for the first
 // wr warps). Shares differ by at most one unit, CTA to CTA and warp to warp; where S NW divides T it is the even
-// split of sessions 1-19, with the same values. S is then free to fill the SMs instead of dividing K (qwen2-7b.down's
-// 296 groups: S = 3, 25.3 against 28.4 us at m = 1; FINDINGS 23). One runtime division (T / S; NW is a compile-time
-// constant). Needs T >= S NW (every warp streams at least one unit: the first batch is loaded before the loop, and
-// the streaming warps all arrive on the named barrier in their first trip). Returns {first block, blocks}, in K
-// blocks. gemv_kernel keeps the even split: this code took 2-6 more registers there (a CTA an SM less for the plain
-// o_proj twin C(8,2,1,2,0), 64 -> 66-68, and 22% slower; session 20, FINDINGS 23). Lab: labs/labkit.py split_units.
+// split, with the same values. S is then free to fill the SMs instead of dividing K (FINDINGS 9.2). One runtime
+// division (T / S; NW is a compile-time constant). Needs T >= S NW (every warp streams at least one unit: the first
+// batch is loaded before the loop, and the streaming warps all arrive on the named barrier in their first trip).
+// Returns {first block, blocks}, in K blocks. gemv_kernel keeps the even split: this code costs it registers, and
+// there a CTA an SM (FINDINGS 9.2). Lab: labs/labkit.py split_units.
 template <int UNIT, int NW>
 __device__ __forceinline__ int2 split_units(int KB, int S, int sidx, int w) {
   const int T = KB / UNIT, d = T / S, r = T - d * S;
@@ -167,9 +182,7 @@ __device__ __forceinline__ bool cluster_combine(float4 (&res)[J], float4* cbuf, 
 // thread arrives once on the cluster barrier (cluster_combine waits on it before any remote store).
 template <int P>
 __device__ __forceinline__ void cluster_start(int cl, int S) {
-#ifdef MUSE_ABL_NOCOMB  // timing only: no cluster handshake either (combine_store skips the combine)
-  return;
-#endif
+  HOOK_CLUSTER_START
   if (!cl) return;
   if (cl == 2 && threadIdx.x == 0 && cluster_rank() == 0) mbar_init_expect(cluster_mbar(), (uint32_t)(S - 1) * P * 16u);
   cluster_arrive_relaxed();
@@ -192,62 +205,6 @@ __device__ __forceinline__ void store_tile(void* __restrict__ out, float4 v, int
   }
 }
 
-#define MIN_BLOCKS(PIPE) ((PIPE) == 2 || (PIPE) == 5 ? 2 : (PIPE) == 3 ? 1 : 0)
-
-// ---- MUSE_TRACE (tools/trace_chain.py only; the shipped build never defines it) ------------------
-// Thread 0 of every CTA records when it starts, passes pdl_wait, has its first batch of weights and then its first x
-// in registers, has its partials in shared memory, passes the CTA barrier, is through the split-K combine, and is
-// done (%globaltimer at 3 points, clock64 at all 8), with the CTA's coordinates, its SM and whether it stored, and
-// (gemvz) when its exception warp reached the CTA barrier (clock64; 0 elsewhere). The slot (14 u64) is the CTA's
-// own, in the layer's workspace after the split-K area any config of the layer may use (N/16 x S x 128 float4):
-// plain stores at the CTA's end, no atomics. trace_chain.py grows every copy's workspace to hold the slots of all
-// its CTAs.
-#ifdef MUSE_TRACE
-struct MuseTrace { unsigned long long g[3], c[8], e = 0; };  // e: gemvz's exception warp at the CTA barrier
-__device__ __forceinline__ unsigned long long muse_gtimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-// clock64 once v is in its register: the read is predicated on a compare of v, so it cannot issue before v lands.
-__device__ __forceinline__ unsigned long long muse_after(uint32_t v) {
-  unsigned long long t = 0;
-  asm volatile("{\n .reg .pred q;\n setp.ne.u32 q, %1, 0x7fc00123;\n @q mov.u64 %0, %%clock64;\n"
-               " @!q mov.u64 %0, %%clock64;\n}" : "+l"(t) : "r"(v) : "memory");
-  return t;
-}
-__device__ __forceinline__ void muse_trace_flush(const MuseTrace& tr, float4* ws, int N, int S, bool stored) {
-  unsigned sm;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-  unsigned long long* o = reinterpret_cast<unsigned long long*>(ws + (size_t)(N / 16) * S * 128) +
-                          ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * 14;
-  for (int i = 0; i < 3; i++) o[i] = tr.g[i];
-  for (int i = 0; i < 8; i++) o[3 + i] = tr.c[i];
-  o[11] = blockIdx.x | ((unsigned long long)blockIdx.y << 16) | ((unsigned long long)sm << 32) |
-          ((unsigned long long)stored << 48);
-  o[12] = tr.e;
-  o[13] = 0;
-}
-#define TR_G(i) if (threadIdx.x == 0) tr_.g[i] = muse_gtimer();
-#define TR_C(i) if (threadIdx.x == 0) tr_.c[i] = clock64();
-#define TR_ARRIVED(first, wv, xv) \
-  if ((first) && threadIdx.x == 0) { tr_.c[6] = muse_after(wv); tr_.c[7] = muse_after(xv); }
-#define TR_FLUSH(stored) if (threadIdx.x == 0) muse_trace_flush(tr_, ws, N, S, stored);
-// gemvz: the exception warp's lane 0 notes when it reaches the CTA barrier; thread 0 reads it after the barrier
-#define TR_EXC_DECL __shared__ unsigned long long tr_exc_;
-#define TR_EXC_END if (lane == 0) tr_exc_ = clock64();
-#define TR_EXC_READ if (threadIdx.x == 0) tr_.e = tr_exc_;
-#else
-struct MuseTrace {};  // nothing recorded: an empty argument the compiler drops
-#define TR_G(i)
-#define TR_C(i)
-#define TR_ARRIVED(first, wv, xv)
-#define TR_FLUSH(stored)
-#define TR_EXC_DECL
-#define TR_EXC_END
-#define TR_EXC_READ
-#endif
-
 // The end of both GEMVs: the split-K combine (cluster or ticket), then the CTA that holds the sums stores them.
 // EXC: the CTA has an exception warp, whose threads (tid >= NT) hold no position. All threads call it.
 template <bool F32OUT, bool EXC, int NB, int R, int J, int P, int NT>
@@ -255,11 +212,8 @@ __device__ __forceinline__ void combine_store(float4 (&res)[J], MuseTrace& tr_, 
                                               float4* __restrict__ ws, int* __restrict__ sem, int rg, int sidx,
                                               int S, int cl, int M, int N) {
   const int tid = threadIdx.x;
-#ifdef MUSE_ABL_NOCOMB  // timing only (tools/ab.py, FINDINGS 25): no split-K combine, CTA 0 of a group stores its part
-  const bool store = sidx == 0;
-#else
-  const bool store = cl ? cluster_combine<J, P, NT>(res, cbuf, S, cl) : splitk_combine<J, P, NT>(res, ws, sem, rg, sidx, S);
-#endif
+  const bool store =
+      HOOK_COMBINE(cl ? cluster_combine<J, P, NT>(res, cbuf, S, cl) : splitk_combine<J, P, NT>(res, ws, sem, rg, sidx, S));
   TR_C(4)
   if (store) {
 #pragma unroll

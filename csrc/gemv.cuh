@@ -1,4 +1,4 @@
-// gemv.cuh: the plain BF16 GEMV (PIPE 0..5) and its weight loader.
+// gemv.cuh: the plain BF16 GEMV (LOOP 0..2) and its weight loader.
 #pragma once
 #include "common.cuh"
 
@@ -36,18 +36,17 @@ __device__ __forceinline__ void load_wbatch(uint4 (&a)[NH][U][R][2], const uint4
 //
 // Why R: every CTA reads its K slice of x once from L2, so x costs (N/16R) * m * K * 2 bytes of L2->SM
 // traffic: at R = 1 and m = 32 that is twice the weight bytes, and the L2 path, not HBM, sets the time
-// (measured 2026-11-30: pooler 16.6 us at m=1, 27.5 us at m=32). R row blocks per warp reuse each x
-// fragment R times from registers.
-// PIPE: 0/3 load a batch of U blocks, then compute it (3: minBlocks 1); 1/2 software-pipelined, the
-// next batch's weights issued before this batch's mma (2: two CTAs per SM); 4/5 = 1/2 with the next batch's
-// x issued with its weights, one trip ahead (registers for a second x batch: at m >= 16 a warp waits on its x
-// loads, ncu 2026-12-01: 4.3 of 9.0 cycles between issues on an L1TEX scoreboard). The first batch (and, pf = 1,
-// an L2 prefetch of the warp's whole slice) is issued before pdl_wait: weights are constant after
-// prepare, so under PDL it overlaps the previous kernel's tail. Lab: labs/lab2_fragments.py, lab5.
-template <int NW, int U, int NB, int R, bool DUAL, int PIPE>
-__global__ void __launch_bounds__(NW * 32, MIN_BLOCKS(PIPE))
+// (FINDINGS 6.1). R row blocks per warp reuse each x fragment R times from registers.
+// LOOP: 0 load a batch of U blocks, then compute it; 1 software-pipelined, the next batch's weights issued before
+// this batch's mma; 2 the same with the next batch's x issued with its weights, one trip ahead (registers for a
+// second x batch: at m >= 16 a warp otherwise waits on its x loads, FINDINGS "gemv_kernel"). MB: the occupancy the
+// compiler must keep (__launch_bounds__' minimum CTAs an SM; 0: none). The first batch (and, pf = 1, an L2
+// prefetch of the warp's whole slice) is issued before pdl_wait: weights are constant after prepare, so under PDL
+// it overlaps the previous kernel's tail. Lab: labs/lab2_fragments.py, lab5.
+template <int NW, int U, int NB, int R, bool DUAL, int LOOP, int MB>
+__global__ void __launch_bounds__(NW * 32, MB)
 gemv_kernel(const __grid_constant__ GemvArgs args) {
-  static_assert(PIPE >= 0 && PIPE <= 5, "PIPE is 0..5");
+  static_assert(LOOP >= 0 && LOOP <= 2, "LOOP is 0..2");
   const bf16* __restrict__ x = static_cast<const bf16*>(args.x);
   const uint4* __restrict__ w = static_cast<const uint4*>(args.w);
   const uint4* __restrict__ w2 = static_cast<const uint4*>(args.w2);
@@ -58,7 +57,7 @@ gemv_kernel(const __grid_constant__ GemvArgs args) {
   constexpr int NH = DUAL ? 2 : 1;
   constexpr int P = R * NB * 32, NT = NW * 32, J = (P + NT - 1) / NT;
   extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
-  MuseTrace tr_;  // MUSE_TRACE: thread 0's timestamps
+  MuseTrace tr_;  // trace builds: thread 0's timestamps
   TR_G(0) TR_C(0)
   pdl_trigger();
   cluster_start<P>(cl, S);
@@ -87,9 +86,8 @@ gemv_kernel(const __grid_constant__ GemvArgs args) {
 #pragma unroll
   for (int nb = 0; nb < NB; nb++) xr[nb] = x + (size_t)min(nb * 8 + g, M - 1) * K + kb0 * 32 + t * 8;
   // DUAL with NB = 1: hi and lo accumulate into separate fp32 accumulators (half the dependent mma chain),
-  // summed once at the end (a one-hot probe still returns fl32(hi + lo)). Measured (judge.py, 2026-11-30):
-  // router m=8 3.46 -> 3.21 us; at NB = 2 the m=16 config went 3.40 -> 4.07 (116 -> 128 registers), and at
-  // NB = 4 the second set spills the m=32 config: one set there
+  // summed once at the end (a one-hot probe still returns fl32(hi + lo)). It gains at NB = 1; at NB = 2 it costs
+  // registers and time, and at NB = 4 the second set spills: one set there (FINDINGS 7)
   constexpr int NA = DUAL && NB == 1 ? 2 : 1;
   float acc[NA][R][NB][4];
 #pragma unroll
@@ -99,7 +97,7 @@ gemv_kernel(const __grid_constant__ GemvArgs args) {
 #pragma unroll
       for (int nb = 0; nb < NB; nb++) acc[h][r][nb][0] = acc[h][r][nb][1] = acc[h][r][nb][2] = acc[h][r][nb][3] = 0.f;
 
-  if constexpr (PIPE == 0 || PIPE == 3) {
+  if constexpr (LOOP == 0) {
     for (int i = 0; i < KBW; i += U) {
       if (i > 0) load_wbatch<U, NH, R>(a, wp, wp2, rstride, i);
 #pragma unroll
@@ -119,7 +117,7 @@ gemv_kernel(const __grid_constant__ GemvArgs args) {
       }
     }
   } else {
-    constexpr bool XAHEAD = PIPE >= 4;
+    constexpr bool XAHEAD = LOOP == 2;
     uint4 xv[U][NB];
     if constexpr (XAHEAD) load_xbatch<U, NB, 32>(xv, xr, 0);
     for (int i = 0; i < KBW; i += U) {

@@ -1,9 +1,9 @@
-// gemvt.cuh: PIPE 6 of the plain path (its own config type, GemvtConfig): a TMA ring of weight tiles and x, and
-// warpgroup MMA from shared memory.
+// gemvt.cuh: gemvt_kernel, the plain path's TMA kernel (its own config type, GemvtConfig): a TMA ring of weight tiles
+// and x, and warpgroup MMA from shared memory.
 #pragma once
 #include "common.cuh"
 
-// ---- gemvt_kernel: PIPE 6 of the plain path, a TMA ring of weight tiles and x, warpgroup MMA ---------------
+// ---- gemvt_kernel: a TMA ring of weight tiles and x, warpgroup MMA ---------------------------------------------
 // Contract: x bf16 [M, K] row-major, reached through a 2-D TMA descriptor (box 64 k x 8 NB tokens, 128-byte
 // swizzle; rows past M read as zeros); wt = pack_tma's tiles: [N/64][K/64][64 rows][64 k], each 8 KB tile already
 // in the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r & 7)), so one bulk copy of contiguous bytes
@@ -22,10 +22,10 @@
 //   end: D -> red (the ring's memory) -> split-K combine (gemv_kernel's) -> store
 // PDL: only weights before griddepcontrol.wait: the producer fills the W part of the first min(ST, steps) stages,
 // waits, then copies their x; the consumers wait before the epilogue (out, ws, sem).
-// Why: at m = 16 / 32 the register kernels are held by x's trips through L1 (ncu 2026-12-01: L1TEX 80% of peak,
-// DRAM 43%); here x reaches the tensor cores from shared memory, one TMA copy per stage, and the bytes in flight
-// (ST stages) cost no registers. Why tiles: boxes of the natural [N, K] layout read 128 B from each of 64 rows
-// 16 KB apart, and streamed at 3.7-3.8 TB/s (device call 3, 2026-12-01; FINDINGS.md, session 9).
+// Why: at m = 16 / 32 the register kernels are held by x's trips through L1 (ncu: L1TEX near its peak while DRAM is
+// under half of its); here x reaches the tensor cores from shared memory, one TMA copy per stage, and the bytes in
+// flight (ST stages) cost no registers. Why tiles: boxes of the natural [N, K] layout read 128 B from each of 64 rows
+// 16 KB apart, and streamed slower than contiguous tiles (FINDINGS 11).
 // Lab: labs/lab6_tma.py (the tiles, the swizzle the descriptors undo, x's box, the kernel in miniature).
 
 // Dynamic shared memory of one gemvt CTA: 1 KB of alignment slack, the ring, and with cl the leader's cbuf.

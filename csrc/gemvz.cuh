@@ -3,10 +3,8 @@
 #pragma once
 #include "common.cuh"
 
-#ifdef MUSE_SKIP_CORRECTIONS
-constexpr bool kSkipCorrections = true;   // a timing-only build: gemvz's exception warp adds nothing (wrong results)
-#else
-constexpr bool kSkipCorrections = false;
+#ifndef INSTRUMENTS
+constexpr bool kSkipCorrections = false;  // csrc/instruments.cuh's timing-only build sets it: the corrections left out
 #endif
 
 // ---- the 12-bit format ----------------------------------------------------------------------------
@@ -71,15 +69,15 @@ __device__ __forceinline__ void mma_zgroup(float (&acc)[NB][4], const uint4 (&z)
   }
 }
 
-// ---- the cooperative walk (gemvz PIPE 8..13 = PIPE 0..5 with it) ----------------------------------------------
+// ---- the cooperative walk (gemvz WALK = 1) -------------------------------------------------------------------
 // The CTA's rows' entries are one contiguous run of the side table, esc[roff[0] .. roff[16 R]). Lane l takes the l-th
 // of 32 equal contiguous pieces of that run, with all 8 NB tokens, so a row with many out-of-window weights is walked by
 // several lanes at once. The per-row walk gives a row to one lane, and that lane's chain of chunks sets the CTA's time
-// once a row holds more than about 50 (FINDINGS 22). A row inside one lane's piece is summed there in k order; a row
-// split between lanes is summed per lane, then over the lanes in lane order, so every call gives the same bits. roff,
-// part and prow are the exception warp's shared memory; ecorr as gemvz_kernel's. prepare takes it where the worst row is
-// over CAPR_LIMITS (submission._walk_for): flat in the worst row, but 0.4-1.6 us slower than the per-row walk on some
-// rows where no row is long (it walks the rows' entries of all K, FINDINGS 25). Lab: labs/lab3_compress.py coop_pieces.
+// once a row holds a few dozen (FINDINGS 10.5). A row inside one lane's piece is summed there in k order; a row split
+// between lanes is summed per lane, then over the lanes in lane order, so every call gives the same bits. roff, part
+// and prow are the exception warp's shared memory; ecorr as gemvz_kernel's. prepare takes it where the worst row is
+// over CAPR_LIMITS (muse/zformat.py walk_for): flat in the worst row, but slower than the per-row walk where no row is
+// long (it walks the rows' entries of all K: FINDINGS 10.6). Lab: labs/lab3_compress.py coop_pieces.
 template <int NB, int R, int EC>
 __device__ __forceinline__ void coop_walk(float (&ecorr)[R * 16][NB * 8 + 1], const int* roff, float (&part)[32][2][NB * 8],
                                           int (&prow)[32][2], const int2* __restrict__ esc, const bf16* __restrict__ x,
@@ -172,7 +170,7 @@ __device__ __forceinline__ void coop_walk(float (&ecorr)[R * 16][NB * 8 + 1], co
 //
 //   warps 0..NW-1 stream: per 64-wide group and row block, a lane loads A0, A1, C (48 B) and decodes 4
 //     fragments with its rows' window word B (zrow_word, read before the wait): f0 = decz(A0.x, A0.y, C.x),
-//     f1 = (A0.z, A0.w, C.y) -> K block 2G, steps 0/1; f2, f3 from A1 -> block 2G+1. Grid, R, PIPE and pf as
+//     f1 = (A0.z, A0.w, C.y) -> K block 2G, steps 0/1; f2, f3 from A1 -> block 2G+1. Grid, R, LOOP, MB and pf as
 //     gemv_kernel.
 //   warp NW (the exception warp): lane -> row r = lane & 15 of each of the R blocks, tokens p, p+2, ...
 //     (p = lane >> 4); adds correction x x[token][k] for its rows' exceptions in [klo, khi), in k order,
@@ -180,22 +178,20 @@ __device__ __forceinline__ void coop_walk(float (&ecorr)[R * 16][NB * 8 + 1], co
 //     The side table is constant after prepare: its row offsets are read, and its first lines prefetched to
 //     L1, before pdl_wait. A row's list is walked in chunks of EC entries: the chunk's entries, then all their
 //     x values, are loaded before its first FMA (one chain of two loads per chunk, not per entry). R >= 2: the
-//     first chunks of all R blocks are loaded at once, every load predicated in the PTX (no branch around it;
-//     o_proj m=8 7.1 -> 6.7 us, FINDINGS.md, session 13); R = 1: a block at a time (the predicated form ties or loses).
-//     NB >= 2: the walk starts once every streaming warp is through its first trip (named barrier 1: they arrive,
-//     it syncs), away from their first x misses: o_proj m=16 -0.1 us (FINDINGS.md, session 14); at NB = 1 it starts at
-//     the wait (the late start lost up to 0.35 us there). The walk is never the CTA's last warp at the barrier; what it
-//     costs (0.2-0.5 us at m=16) is its L2 requests slowing the stream (session 14's trace and timing-only variants).
+//     first chunks of all R blocks are loaded at once, every load predicated in the PTX (no branch around it);
+//     R = 1: a block at a time (there the predicated form ties or loses). NB >= 2: the walk starts once every
+//     streaming warp is through its first trip (named barrier 1: they arrive, it syncs), away from their first x
+//     misses; at NB = 1 it starts at the wait (the late start lost there). The walk is never the CTA's last warp at
+//     the barrier; what it costs is its L2 requests slowing the stream (FINDINGS 10.2-10.4).
 // An out-of-window weight decodes to v, its own sign and low byte with the nearest window class; prepare verified
-// fl32(v + correction) == W for every one of them. A build with MUSE_SKIP_CORRECTIONS defined skips
+// fl32(v + correction) == W for every one of them. A timing-only variant build (csrc/instruments.cuh) skips
 // the corrections (wrong results: tools/ab.py times what they cost; a GPU test checks that they matter).
 // Lab: labs/lab3_compress.py (format, decz, the kernel in miniature).
-template <int NW, int UG, int NB, int R, int PIPE>
-__global__ void __launch_bounds__((NW + 1) * 32, MIN_BLOCKS(PIPE & 7))
+template <int NW, int UG, int NB, int R, int LOOP, int MB, int WALK>
+__global__ void __launch_bounds__((NW + 1) * 32, MB)
 gemvz_kernel(const __grid_constant__ GemvArgs args) {
-  static_assert((PIPE & 7) <= 5 && PIPE <= 13, "PIPE is 0..5, or 8..13 for the same loops with the cooperative walk");
-  constexpr int LOOP = PIPE & 7;    // the streaming warps' loop (PIPE 0..5)
-  constexpr bool COOP = PIPE >= 8;  // the exception warp's walk: cooperative (coop_walk) or one lane a row
+  static_assert(LOOP >= 0 && LOOP <= 2 && (WALK == 0 || WALK == 1), "LOOP is 0..2, WALK 0 or 1");
+  constexpr bool COOP = WALK == 1;  // the exception warp's walk: cooperative (coop_walk) or one lane a row
   const bf16* __restrict__ x = static_cast<const bf16*>(args.x);
   const uint4* __restrict__ w = static_cast<const uint4*>(args.w);
   const int* __restrict__ eptr = static_cast<const int*>(args.eptr);
@@ -210,7 +206,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
   constexpr bool LATE = NB >= 2;  // the walk starts once every streaming warp is through its first trip
   constexpr bool PWALK = R >= 2;  // the exception warp's walk: predicated first chunks of all row blocks at once
   extern __shared__ float4 cbuf[];  // cl: [S - 1][P], the other CTAs' partials (in the leader)
-  MuseTrace tr_;  // MUSE_TRACE: thread 0's timestamps
+  MuseTrace tr_;  // trace builds: thread 0's timestamps
   TR_G(0) TR_C(0)
   pdl_trigger();
   cluster_start<P>(cl, S);
@@ -260,8 +256,8 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
         }
     };
     if constexpr (PWALK) {
-      // R >= 2 (session 13, FINDINGS.md): the first chunk of every row block at once after the wait, with every load
-      // predicated in the PTX itself (rewrites that came out with branches around their x loads lost in session 12).
+      // R >= 2: the first chunk of every row block at once after the wait, with every load predicated in the PTX
+      // itself (rewrites that came out with branches around their x loads lost: FINDINGS 10.4).
       // Same entries, same order, same FMAs as the walk below.
       auto load_chunk = [&](int2 (&e)[EC], float (&xv)[EC][NB * 4], int j, int end) {
 #pragma unroll
@@ -339,8 +335,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
     }
     uint4 z[UG][R][3];
     load_zbatch<UG, R>(z, wp, rstride, 0);
-    // the rows' windows: constant after prepare, so read before the wait and landed with the first batch (loading them
-    // first ties, leaving them out of chk loses 0.04 us at o_proj m=1; FINDINGS.md section 19)
+    // the rows' windows: constant after prepare, so read before the wait and landed with the first batch (FINDINGS 8.4)
     uint32_t B[R];
 #pragma unroll
     for (int r = 0; r < R; r++) B[r] = zrow_word(zbase, (rg * R + r) * 16, g);
@@ -367,13 +362,13 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
       for (int nb = 0; nb < NB; nb++) acc[r][nb][0] = acc[r][nb][1] = acc[r][nb][2] = acc[r][nb][3] = 0.f;
     // LATE: every streaming thread arrives on named barrier 1 once, after its first trip's MMAs (its x is in). The
     // arrival waits for the warp's loads in flight (bar.arrive orders them), and the walk's burst needs that pause:
-    // a relaxed shared counter as the signal lost 0.7 us, other placements 0.08 (FINDINGS.md, session 15).
+    // a relaxed shared counter as the signal, and other placements, lost (FINDINGS 10.4).
     auto let_exception_warp_go = [&](int i) {
       if constexpr (LATE)
         if (i == 0) named_bar_arrive1((NW + 1) * 32);
     };
 
-    if constexpr (LOOP == 0 || LOOP == 3) {
+    if constexpr (LOOP == 0) {
       for (int i = 0; i < KGW; i += UG) {
         if (i > 0) load_zbatch<UG, R>(z, wp, rstride, i);
 #pragma unroll
@@ -391,7 +386,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
         let_exception_warp_go(i);
       }
     } else {
-      constexpr bool XAHEAD = LOOP >= 4;
+      constexpr bool XAHEAD = LOOP == 2;
       // x of trip i's groups: xa = k 0..31, xb = k 32..63 of each
       auto load_x = [&](uint4 (&xa_)[UG][NB], uint4 (&xb_)[UG][NB], int i) {
         load_xbatch<UG, NB, 64>(xa_, xr, i);

@@ -11,6 +11,13 @@
 
 typedef __nv_bfloat16 bf16;
 
+// Instrument hooks: empty in the shipped build; csrc/instruments.cuh (variant builds of tools/ and tests/) defines
+// them to leave x's loads or the wait out for timing.
+#ifndef INSTRUMENTS
+#define HOOK_LD_X(p)
+#define HOOK_PDL_WAIT
+#endif
+
 // Weights are read exactly once: non-coherent path, no L1 allocation (L1 stays free for x).
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   uint4 r;
@@ -20,17 +27,14 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
 }
 
 // x is read by every CTA of the launch: the cached read-only path (L1 + L2), 16 bytes = 8 tokens' k.
-#ifdef MUSE_ABL_NOX  // timing only (tools/ab.py, FINDINGS 25): no x load, constant fragments; wrong on purpose
 __device__ __forceinline__ uint4 ld_x(const bf16* p) {
-  return make_uint4(0x3f803f80u, 0x3f803f80u, 0x3f803f80u, (uint32_t)(size_t)p & 0x3f803f80u);
+  HOOK_LD_X(p)
+  return __ldg(reinterpret_cast<const uint4*>(p));
 }
-#else
-__device__ __forceinline__ uint4 ld_x(const bf16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
-#endif
 
 // gemvz's exception warp, R >= 2: one x value (0 when !on) and one side-table entry (dflt when !on), each a
 // predicated load in the PTX, so no branch goes around it. Both volatile: they stay after pdl_wait (an entry load
-// before the wait lengthened the warp's chain in session 12's call 4).
+// before the wait lengthened the warp's chain: FINDINGS 10.4).
 __device__ __forceinline__ float ld_x1_if(const bf16* p, bool on) {
   unsigned short v = 0;
   asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %2, 0;\n@q ld.global.u16 %0, [%1];\n}" : "+h"(v) : "l"(p), "r"((int)on));
@@ -63,11 +67,10 @@ __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.lau
 
 // PDL: wait until the previous kernel has finished and its writes are visible. Everything a previous
 // kernel may write or read (x, out, ws, sem) is touched only after this; weights may be read before.
-#ifdef MUSE_ABL_NOWAIT  // timing only (tools/ab.py, FINDINGS 25): no dependency on the previous launch
-__device__ __forceinline__ void pdl_wait() {}
-#else
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-#endif
+__device__ __forceinline__ void pdl_wait() {
+  HOOK_PDL_WAIT
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
 
 // Named barrier 1 (0 is __syncthreads): n threads in all, arrivals from some warps and a sync in others.
 __device__ __forceinline__ void named_bar_arrive1(int n) { asm volatile("bar.arrive 1, %0;" ::"r"(n) : "memory"); }

@@ -2,7 +2,7 @@
 calls, median of the replays) in interleaved rounds, each checked against the float64 reference before it is timed.
 
     python tools/ab.py --variant '' --variant MUSE_SKIP_CORRECTIONS o_proj:1 pooler:8:compressed   # exception cost
-    python tools/ab.py --field co=-1,0,50,100 router:1 qkv_gate:32:plain        # one config field's values
+    python tools/ab.py --field pf=0,1 router:1 qkv_gate:16:plain                # one config field's values
     python tools/ab.py --preps 3 --xallocs 3 o_proj:16 o_proj:16:plain          # the spread over memory placements
     python tools/ab.py --build-only --variant '' --variant MUSE_TRACE pooler:1  # fill the extension cache
 
@@ -209,7 +209,7 @@ def run_case(args, spec, exts, label):
     if Ls[0].plan(m).config not in (want.config, S.coop_twin(want.config)):
         raise SystemExit(f"[ab] {spec}: prepare planned {Ls[0].plan(m)}, the build was made for {want.config} "
                          f"(the CPU's plan)")
-    if Ls[0].plan(m).config != want.config and (not args.field or args.field[0] != "pipe"):
+    if Ls[0].plan(m).config != want.config and (not args.field or args.field[0] not in ("loop", "mb")):
         fit = {v: S.coop_twin(c) for v, c in fit.items()}   # the case's weights have a long row: every choice
         print(f"[ab] {spec}: its weights take the cooperative walk (PIPE + 8): {Ls[0].plan(m).why}", flush=True)
     xs = [x_allocation(x, j) for j in range(args.xallocs)]

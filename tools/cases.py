@@ -10,8 +10,9 @@ rows: 16 R) holds about as many out-of-window weights (a different matrix with t
 exceptions' spread over CTAs matters).
 
 A variant is '' (the shipped source) or NAME[+NAME...]: macros that build_extension defines before the kernel
-source, a compile-time variant of the kernels. A tool builds each variant with only the instantiations its cases
-plan (build): seconds instead of the shipped build's minute.
+source with csrc/instruments.cuh (the trace and timing-only hooks, which the upload does not carry), a compile-time
+variant of the kernels. A tool builds each variant with only the instantiations its cases plan (build): seconds
+instead of the shipped build's minute.
 """
 import collections
 import os
@@ -25,6 +26,7 @@ import judge  # noqa: E402
 import submission as S  # noqa: E402
 
 CASE_FIELDS = ("wseed", "xseed", "bal")
+INSTRUMENTS_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc", "instruments.cuh")
 FAMILIES = {"gemv": S.GemvConfig, "gemvz": S.GemvzConfig, "gemvt": S.GemvtConfig}   # a case's kernel family token
 # what a case plans at m, found on the CPU (planned): enough to compile its instantiation before any GPU work
 Planned = collections.namedtuple("Planned", "config N K m dual")
@@ -38,8 +40,8 @@ def layer_spec(name):
 
 def parse(spec):
     """'pooler:1:compressed:pf=1' -> ('pooler', 1, 'compressed', {'pf': 1}); a family token is the field 'kind' (its
-    index in submission.KINDS: 'o_proj:8:plain:gemvt:s=2' -> ('o_proj', 8, 'plain', {'kind': 2, 's': 2})). SystemExit
-    naming what is wrong."""
+    name: 'o_proj:8:plain:gemvt:s=2' -> ('o_proj', 8, 'plain', {'kind': 'gemvt', 's': 2})). SystemExit naming what is
+    wrong."""
     name, *rest = spec.split(":")
     if layer_spec(name) is None or not rest or not rest[0].isdigit():
         raise SystemExit(f"case {spec!r}: expected 'layer:m[:plain|compressed][:gemv|gemvz|gemvt][:field=value...]' "
@@ -56,7 +58,7 @@ def parse(spec):
     except ValueError:
         raise SystemExit(f"case {spec!r}: field values must be integers") from None
     if fams:
-        fields["kind"] = S.KINDS.index(fams[0])
+        fields["kind"] = fams[0]
     known = set(CASE_FIELDS).union(*(c._fields for c in FAMILIES.values())) | {"kind"}
     unknown = sorted(set(fields) - known)
     if unknown:
@@ -70,7 +72,7 @@ def replaced(spec, cfg, fields):
     the fields and its defaults. SystemExit when the config lacks a field, or the family's needs one not given."""
     fields = {k: v for k, v in fields.items() if k not in CASE_FIELDS}
     if "kind" in fields:
-        cls = FAMILIES[S.KINDS[fields.pop("kind")]]
+        cls = FAMILIES[fields.pop("kind")]
         if not isinstance(cfg, cls):
             need = sorted(set(cls._fields[:len(cls._fields) - len(cls._field_defaults)]) - set(fields))
             if need:
@@ -99,33 +101,46 @@ def planned(spec):
 
 
 def inst_of(cfg, m, dual):
-    """The (kind, template args) that build_extension(insts=) compiles for cfg at m; None for a config that runs
-    no CUDA kernel of ours (Triton, fallback). submission.instance_of for the CUDA configs."""
+    """The (family, template args) that build_extension(insts=) compiles for cfg at m; None for a config that runs
+    no CUDA kernel of ours (the fallback). submission.instance_of for the CUDA configs."""
     if isinstance(cfg, (S.GemvConfig, S.GemvzConfig, S.GemvtConfig)):
         return S.instance_of(cfg, m, dual)
     return None
 
 
+def instruments():
+    """csrc/instruments.cuh's text: the head of every variant build (the hooks the upload leaves empty)."""
+    with open(INSTRUMENTS_PATH) as f:
+        return f.read()
+
+
 def variant_defines(variant):
-    """'' -> (); 'MUSE_A+MUSE_B' -> ('MUSE_A', 'MUSE_B'). SystemExit for a name that is not a macro name or that the
-    kernel source never mentions (a misspelt variant would time the shipped code under another name)."""
+    """'' -> (); 'MUSE_A+MUSE_B' -> ('MUSE_A', 'MUSE_B'). SystemExit for a name that is not a macro name or that neither
+    the kernel source nor csrc/instruments.cuh mentions (a misspelt variant would time the shipped code under another
+    name)."""
     names = tuple(n for n in variant.split("+") if n)
+    text = S.KERNEL_SRC + instruments()
     for n in names:
         if not re.fullmatch(r"[A-Za-z_]\w*", n):
             raise SystemExit(f"variant {variant!r}: {n!r} is not a macro name")
-        if not re.search(rf"\b{n}\b", S.KERNEL_SRC):
-            raise SystemExit(f"variant {variant!r}: the kernel source never mentions {n}")
+        if not re.search(rf"\b{n}\b", text):
+            raise SystemExit(f"variant {variant!r}: neither the kernel source nor csrc/instruments.cuh mentions {n}")
     return names
 
 
+def variant_extension(defines=(), insts=None):
+    """build_extension of a variant: the shipped source as it is for no defines, else the defines with
+    csrc/instruments.cuh in front (insts: only those instantiations)."""
+    return S.build_extension(defines=tuple(defines), insts=insts, head=instruments() if defines else "")
+
+
 def build(defines, plans):
-    """The extension of the kernel source with `defines`, holding the instantiations of the Planned configs only, and
-    each compressed one's cooperative-walk twin (PIPE + 8): prepare takes it where the case's weights have a long row
-    (submission._walk_for), which the CPU's plan cannot know (the weights are drawn on the GPU)."""
+    """The extension of the kernel source with `defines` (variant_extension), holding the instantiations of the Planned
+    configs only, and each compressed one's cooperative-walk twin (walk = 1): prepare takes it where the case's weights
+    have a long row (submission.walk_for), which the CPU's plan cannot know (the weights are drawn on the GPU)."""
     insts = {inst_of(p.config, p.m, p.dual) for p in plans} - {None}
     insts |= {inst_of(S.coop_twin(p.config), p.m, p.dual) for p in plans} - {None}
-    insts = sorted(insts)
-    return S.build_extension(defines=tuple(defines), insts=insts)
+    return variant_extension(defines, sorted(insts))
 
 
 def prepare(spec, copies=None, seed=7, ext=None):

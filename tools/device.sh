@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One device call: build (cold + warm import time), GPU tests, judge, tuning. Logs go to $OUT/run/ and leave
 # as one archive, $OUT/run.tgz (the device tool returns at most 8 files).
-# usage: tools/device.sh [stages...]   stages: build tests judge judgefull judgetriton tune tunetriton rebuild
+# usage: tools/device.sh [stages...]   stages: build tests judge judgefull tune rebuild
 #        sanitize racemin ncu trace ab sass probe prebuild pytest (default: build tests judge). tools/README.md says
-#        which tool each stage runs. From the env: TUNE_ARGS, TTUNE_ARGS, NCU_CASES, NCU_METRICS (extra,
+#        which tool each stage runs. From the env: TUNE_ARGS, NCU_CASES, NCU_METRICS (extra,
 #        comma-separated), TRACE_CASES (may start with --define NAME), PROBE_ARGS, PYTEST_ARGS (default
 #        tests/test_tma.py), PYTEST_S and BUDGET (seconds); the ab stage (tools/ab.py): AB_VARIANTS (space-separated,
 #        '-' = shipped; e.g. '- MUSE_SKIP_CORRECTIONS', the exception cost), AB_FIELD (e.g. pf=0,1), AB_CASES (default
@@ -33,7 +33,7 @@ for st in $stages; do
       { /usr/bin/time -f "cold import %e s" python3 -c "import submission"; \
         /usr/bin/time -f "warm import %e s" python3 -c "import submission"; } 2>&1 | tee -a "$R/build.log" | tail -4 ;;
     tests)
-      timeout $(( $(left) / 2 )) python3 -m pytest -q --maxfail=10 --durations=5 tests/test_gpu.py tests/test_triton.py tests/test_tma.py \
+      timeout $(( $(left) / 2 )) python3 -m pytest -q --maxfail=10 --durations=5 tests/test_gpu.py tests/test_tma.py \
         2>&1 | tee "$R/pytest_gpu.log" | tail -25 ;;
     rebuild)
       python3 build.py 2>&1 | tee "$R/rebuild.log"; cp submission.py "$R/submission.py" ;;
@@ -41,14 +41,9 @@ for st in $stages; do
       timeout $(( $(left) - 20 )) python3 judge.py --quick --no-correctness --json "$R/judge_quick.json" 2>&1 | tee "$R/judge_quick.log" | tail -40 ;;
     judgefull)
       timeout $(( $(left) - 20 )) python3 judge.py --json "$R/judge.json" 2>&1 | tee "$R/judge.log" | tail -45 ;;
-    judgetriton)
-      timeout $(( $(left) - 10 )) python3 judge.py --backend triton --json "$R/judge_triton.json" 2>&1 | tee "$R/judge_triton.log" | tail -45 ;;
     tune)
       python3 tune.py --budget-s $(( $(left) - 30 )) ${TUNE_ARGS:-} 2>&1 | tee "$R/tune.log" | tail -40
       cp tables/ctable.json tables/ztable.json "$R/" ;;
-    tunetriton)
-      python3 tune.py --backend triton --budget-s ${TTUNE_S:-$(( $(left) - 30 ))} ${TTUNE_ARGS:-} 2>&1 | tee "$R/tune_triton.log" | tail -40
-      cp tables/ttable.json "$R/" ;;
     ncu)
       PYTHONPATH=. timeout $(( $(left) - 10 )) ncu -k regex:gemv --cache-control all --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats \
@@ -78,7 +73,7 @@ for st in $stages; do
       SANITIZE_MIN=${SANITIZE_MIN:-1} PYTHONPATH=. timeout ${RACE_S:-150} compute-sanitizer --tool racecheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/racemin.log"
       echo "racemin exit ${PIPESTATUS[0]}" | tee -a "$R/racemin.log" ;;
     sanitize)
-      SANITIZE_CL=1 PYTHONPATH=. timeout ${RACE_S:-240} compute-sanitizer --tool racecheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/racecheck.log"
+      SANITIZE_CL=0 PYTHONPATH=. timeout ${RACE_S:-240} compute-sanitizer --tool racecheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/racecheck.log"
       PYTHONPATH=. timeout $(( $(left) - 10 )) compute-sanitizer --tool synccheck python3 tools/sanitize_case.py 2>&1 | tail -15 | tee "$R/synccheck.log" ;;
   esac
 done

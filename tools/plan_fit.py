@@ -1,14 +1,18 @@
-"""Fit the planner's cost model (submission.PLAN_MODELS) to tools/plan_grid.py's timings, and say how well it picks.
+"""Fit the planner's cost model (tables/plan_models.json -> submission.PLAN_MODELS) to tools/plan_grid.py's timings,
+and say how well it picks.
 
     python3 tools/plan_fit.py results/plangrid-2026-12-02-s19call1.json [more.json ...] [--lam 1.0] [--loso]
+    python3 tools/plan_fit.py ... --warm --priced --write     # the fit goes to tables/plan_models.json
 
 Per model class (path and token blocks: compressed m <= 8, compressed 9..16, gemvt 17..32) the constants are fit by
 Nelder-Mead on an objective that asks the model to *pick* well: for every timed case (layer, m), the expected loss
 (log of the picked candidate's time over the case's fastest) of a soft pick over the model's predictions, plus lam x the
 mean squared log error of the predicted times (so the constants stay physical). The model's formula is the shipped one
-(submission.plan_cost), with the trial constants. Prints each class's constants as the PLAN_MODELS literal, the
-in-sample pick loss, the rms error of the times, and with --loso the same pick loss with each shape left out of the
-fit in turn (how the model does on a shape it was not fit on). CPU only (numpy, scipy).
+(submission.plan_cost), with the trial constants. Prints each class's constants as its tables/plan_models.json entry,
+the in-sample pick loss, the rms error of the times, and with --loso the same pick loss with each shape left out of the
+fit in turn (how the model does on a shape it was not fit on). --write replaces the fitted classes' entries in
+tables/plan_models.json (the others are kept) and records the grids it fit on; then `python3 build.py` writes them into
+submission.py. CPU only (numpy, scipy).
 """
 import argparse
 import collections
@@ -21,7 +25,23 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 os.environ.setdefault("MUSE_BUILD", "0")
 import submission as S  # noqa: E402
 
-KINDS = {"GemvzConfig": S.GemvzConfig, "GemvtConfig": S.GemvtConfig, "GemvConfig": S.GemvConfig}
+FAMILY_OF_KIND = {"GemvzConfig": "gemvz", "GemvtConfig": "gemvt", "GemvConfig": "gemv"}
+PIPE_TO_LOOP_MB = {0: (0, 0), 1: (1, 0), 2: (1, 2), 3: (0, 1), 4: (2, 0), 5: (2, 2)}
+MODELS_JSON = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tables", "plan_models.json")
+
+
+def row_config(kind, fields):
+    """A grid row's config; rows of grids timed before session 24 carry PIPE (and co), which are converted."""
+    fields = {k: v for k, v in fields.items() if k != "co"}
+    if "pipe" in fields:
+        p = fields.pop("pipe")
+        fields["loop"], fields["mb"] = PIPE_TO_LOOP_MB[p & 7]
+        if kind == "GemvzConfig":
+            fields["walk"] = 1 if p >= 8 else 0
+    cfg, why = S.config_from_fields(fields, S.family_named(FAMILY_OF_KIND[kind]))
+    if why:
+        raise SystemExit(f"[plan_fit] a grid row's {kind} {fields}: {why}")
+    return cfg
 
 
 def load(paths):
@@ -31,7 +51,7 @@ def load(paths):
     for p in paths:
         for r in json.load(open(p))["rows"]:
             if not r.get("bad"):
-                rows.append((KINDS[r["kind"]](**r["config"]), r))
+                rows.append((row_config(r["kind"], r["config"]), r))
     return rows
 
 
@@ -122,18 +142,27 @@ def geo(v):
     return math.exp(sum(map(math.log, v)) / len(v))
 
 
-def cfg_literal(c):
-    """A family's config as PLAN_MODELS writes it: the fields before pdl (pdl, cl, co keep their defaults)."""
-    f = c._asdict()
-    keep = list(f)[:list(f).index("pdl")]
-    return f"{type(c).__name__}({', '.join(f'{k}={f[k]}' for k in keep)})"
+def model_json(model):
+    """A class's tables/plan_models.json entry, rounded as the model is read (times to 1 ns, rates to 10 MB/s)."""
+    return {"path": model.path, "nb": model.nb, **{k: round(getattr(model, k), 3) for k in ("t0", "cl0", "cl1", "tk0",
+                                                                                          "tk1")},
+            "families": [{"config": f.config._asdict(), "occ": f.occ, "r": round(f.r, 2), "R": round(f.R, 2),
+                          "bw": float(round(f.bw))} for f in model.families]}
 
 
-def literal(model):
-    fams = ",\n".join(f"        PlanFamily({cfg_literal(f.config)}, occ={f.occ}, r={f.r:.2f}, R={f.R:.2f}, bw={f.bw:.0f})"
-                       for f in model.families)
-    return (f"    PlanModel({model.path!r}, nb={model.nb}, t0={model.t0:.3f}, cl0={model.cl0:.3f}, cl1={model.cl1:.3f}, "
-            f"tk0={model.tk0:.3f}, tk1={model.tk1:.3f}, families=(\n{fams},\n    )),")
+def write_models(models, grids, argv):
+    """Replace the fitted classes' entries of tables/plan_models.json, keep the others, record the fit."""
+    import datetime
+    with open(MODELS_JSON) as f:
+        d = json.load(f)
+    fitted = {(m["path"], m["nb"]) for m in models}
+    d["models"] = [m for m in d["models"] if (m["path"], m["nb"]) not in fitted] + models
+    d["models"].sort(key=lambda m: (m["path"] != "compressed", m["nb"]))
+    d["fit"] = {"by": "tools/plan_fit.py " + " ".join(a for a in argv if a.startswith("--")), "data": list(grids),
+                "date": datetime.date.today().isoformat()}
+    with open(MODELS_JSON, "w") as f:
+        f.write(json.dumps(d, indent=1) + "\n")
+    print(f"[plan_fit] wrote {len(models)} classes to {os.path.relpath(MODELS_JSON)}; run `python3 build.py`")
 
 
 def main(argv=None):
@@ -144,7 +173,9 @@ def main(argv=None):
     ap.add_argument("--warm", action="store_true", help="start from submission.PLAN_MODELS' constants")
     ap.add_argument("--priced", action="store_true", help="only the timed configs the planner prices now "
                     "(submission.plan_candidates: a grid that timed past its rule, e.g. --uneven, fits what it picks from)")
+    ap.add_argument("--write", action="store_true", help="write the fitted classes to tables/plan_models.json")
     args = ap.parse_args(argv)
+    fitted = []
     rows = load(args.grids)
     if args.priced:
         rows = priced_only(rows)
@@ -170,7 +201,10 @@ def main(argv=None):
                 held_ratios += pick_loss(pm, [x for x in crows if x[1]["layer"] == held])[0]
             print(f"# {path} nb={nb}: each shape left out of the fit: pick / fastest geomean {geo(held_ratios):.4f}, "
                   f"worst {max(held_ratios):.3f}", flush=True)
-        print(literal(model), flush=True)
+        fitted.append(model_json(model))
+        print(json.dumps(fitted[-1]), flush=True)
+    if args.write:
+        write_models(fitted, args.grids, sys.argv[1:] if argv is None else argv)
     return 0
 
 

@@ -24,7 +24,7 @@ import torch
 import judge
 import submission as S
 
-SMS = 132
+SMS = S.hardware().sms
 Z, T = S.GemvzConfig, S.GemvtConfig
 # the candidates per class: the planner's cost-model families (submission.PLAN_MODELS), by class name
 CLASS_NAMES = {("compressed", 1): "z8", ("compressed", 2): "z16", ("plain", 4): "t32"}
@@ -48,7 +48,7 @@ def occupancy(ext, cfg, m, dual):
     """CTAs of this config one SM holds at once: registers (per warp, in units of 256), threads (2048), shared
     memory (228 KB per SM, 1 KB reserved per CTA), from the compiled kernel's attributes; None if not compiled."""
     kind, t = S.instance_of(cfg, m, dual)
-    a = ext.attrs(S.KINDS.index(kind), list(t))
+    a = ext.attrs([f.name for f in S.FAMILIES].index(kind), list(t))
     if not a:
         return None
     regs, _, smem_static, _ = a
@@ -57,11 +57,11 @@ def occupancy(ext, cfg, m, dual):
     per_warp = ((regs * 32 + 255) // 256) * 256
     by_regs = 65536 // (per_warp * warps)
     dyn = dyn_smem(cfg, m)
-    by_smem = (228 * 1024) // (smem_static + dyn + 1024)
+    by_smem = S.hardware().smem_sm // (smem_static + dyn + 1024)
     return max(0, min(by_regs, 2048 // threads, by_smem, 32))
 
 
-def candidates(N, K, m, families, plain=False, max_s=S.PLAN_MAX_S, max_ctas=S.PLAN_SPLIT_CTAS, ticket=False,
+def candidates(N, K, m, families, plain=False, max_s=S.PLAN_MAX_S, max_ctas=S.PLAN_SPLIT_WAVES * SMS, ticket=False,
                uneven=None, plain_gemvt=0):
     """[(class name, config)] of every candidate the planner prices (submission.plan_candidates) in the classes named;
     with plain, at m <= 16 also the plain PLANNER rule's gemv config (planner_rule(..., 'plain'), class 'plain'; none

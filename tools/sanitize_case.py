@@ -1,12 +1,12 @@
 """A small back-to-back graph for compute-sanitizer (racecheck / synccheck): split-K plain (router-style
-DUAL) through a non-portable cluster of 16 CTAs (cl=2, the mbarrier variant, and cl=1, the cluster barrier),
+DUAL) through a non-portable cluster of 16 CTAs (cl=2, the mbarrier variant) and through the global ticket (cl=0),
 compressed with exceptions through a cluster of 4 (cl=2), a chain where one layer reads the other's output, all
-under PDL. SANITIZE_CL=1 puts the cl=2 layers on cl=1 instead: compute-sanitizer's racecheck never finished the
-cl=2 case (killed after 8 minutes, 2026-11-30 session 5; synccheck passes it), so device.sh runs racecheck on cl=1.
+under PDL. SANITIZE_CL=0 puts the cl=2 layers on the ticket instead: compute-sanitizer's racecheck never finished a
+cl=2 launch (FINDINGS, "sanitizers"; synccheck passes it), so device.sh runs racecheck on cl=0.
 SANITIZE_MIN=1: only the smallest cl=2 case (device.sh stage racemin); SANITIZE_MIN=2: one cluster of two CTAs
 (SANITIZE_PDL=0: without PDL). SANITIZE_TMA=1: gemvt_kernel (GemvtConfig: the TMA ring's full / empty mbarriers)
-at m=32, uneven split-K through the ticket (S=3) feeding a layer split through a cluster (S=2, cl=1; cl=2 with
-SANITIZE_CL unset), the first layer twice in a row, all under PDL."""
+at m=32, uneven split-K through the ticket (S=3) feeding a layer split through a cluster (S=2, cl=2; the ticket with
+SANITIZE_CL=0), the first layer twice in a row, all under PDL."""
 import os
 import sys
 
@@ -23,7 +23,7 @@ def minimal_case():
     """The smallest cl=2 case: one compressed layer, S=2 (a cluster of 2, the mbarrier and st.async), two launches
     back to back under PDL. Returns (layers at their m, the graph's calls, their eager outputs)."""
     A = S.prepare("small_a", judge.trained_like(512, 1024, 2, dev), path="compressed")
-    A.set_config(8, S.GemvzConfig(nw=4, s=2, ug=1, r=1, pipe=2, pf=0, cl=2))
+    A.set_config(8, S.GemvzConfig(nw=4, s=2, ug=1, r=1, loop=1, mb=2, walk=0, pf=0, cl=2))
     xa = judge.fresh_x(8, 1024, 5, dev)
     y = S.kernel_fn(xa, A).clone()
     return [(8, A)], lambda: (S.kernel_fn(xa, A), S.kernel_fn(xa, A)), (y, y)
@@ -33,7 +33,7 @@ def tiny_case():
     """SANITIZE_MIN=2: one cluster (2 CTAs, cl=2) of a plain 16 x 1024 layer, two launches back to back under PDL:
     does racecheck finish the st.async + mbarrier protocol at all, at the smallest size it has?"""
     A = S.prepare("tiny", judge.trained_like(16, 1024, 3, dev), path="plain")
-    A.set_config(8, S.GemvConfig(nw=4, s=2, u=1, r=1, pipe=2, pf=0, cl=2))
+    A.set_config(8, S.GemvConfig(nw=4, s=2, u=1, r=1, loop=1, mb=2, pf=0, cl=2))
     A.pdl = os.environ.get("SANITIZE_PDL", "1") == "1"     # SANITIZE_PDL=0: the same launches without PDL
     xa = judge.fresh_x(8, 1024, 6, dev)
     y = S.kernel_fn(xa, A).clone()
@@ -48,9 +48,9 @@ def full_case():
     B = S.prepare("small_b", judge.trained_like(256, 512, 3, dev), path="plain")
     Rb = S.prepare("router_b", judge.trained_like(256, 2048, 6, dev, torch.float32))
     CL = int(os.environ.get("SANITIZE_CL", "2"))
-    R.set_config(4, S.GemvConfig(nw=4, s=16, u=1, r=1, pipe=2, pf=0, cl=CL))
-    Rb.set_config(4, S.GemvConfig(nw=4, s=16, u=1, r=1, pipe=2, pf=0, cl=1))
-    A.set_config(8, S.GemvzConfig(nw=4, s=4, ug=1, r=1, pipe=2, pf=0, cl=CL))
+    R.set_config(4, S.GemvConfig(nw=4, s=16, u=1, r=1, loop=1, mb=2, pf=0, cl=CL))
+    Rb.set_config(4, S.GemvConfig(nw=4, s=16, u=1, r=1, loop=1, mb=2, pf=0, cl=0))
+    A.set_config(8, S.GemvzConfig(nw=4, s=4, ug=1, r=1, loop=1, mb=2, walk=0, pf=0, cl=CL))
     x = judge.fresh_x(4, 2048, 4, dev)
     xa = judge.fresh_x(8, 1024, 5, dev)
     eager = (S.kernel_fn(x, R).clone(), S.kernel_fn(S.kernel_fn(xa, A), B).clone(), S.kernel_fn(x, Rb).clone())

@@ -2,19 +2,21 @@
 (same renaming and flags as the shipped build), and the cuobjdump that ships inside the triton wheel
 (triton/backends/nvidia/bin, CUDA 12.8's, which reads sm_90a cubins) disassembles them.
 
-    python tools/sass.py gemvz:8,1,1,2,5                       # summary of the working tree's kernel
-    python tools/sass.py --rev d98fa46 --define MUSE_SKIP_CORRECTIONS gemvz:8,1,1,2,5 --out /tmp/k.sass
+    python tools/sass.py gemvz:8,1,1,2,2,2,0                   # summary of the working tree's kernel
+    python tools/sass.py --define MUSE_SKIP_CORRECTIONS gemvz:8,1,1,2,2,2,0 --out /tmp/k.sass
 
 For each kernel asked for: instructions, global loads (and how many are predicated rather than branched around),
 branches, barriers, and the position of every griddepcontrol.wait (ACQBULK). For gemvz_kernel also the exception
 warp's part: from its griddepcontrol.wait (the second ACQBULK) to the first BAR.SYNC after it.
-The instantiations are compiled in one file with the tables' own (C3 / Z3 lines), as the shipped extension and
+Instantiations are written family:template args in today's order (same_code's --extra), for every version: --rev
+reads an older version too. --define (a variant of csrc/instruments.cuh, as the tools' builds) puts that header in front.
+The instantiations are compiled in one file with the shipped build's own, as the shipped extension and
 tools/same_code.py compile them: the same template compiled in another company comes out a few instructions
-different (Z(8,1,1,2,5): 1392 alone, 1400 beside Z(8,1,1,1,0)). --alone compiles only the ones asked for (faster).
+different. --alone compiles only the ones asked for (faster).
 
-Why: session 12 timed five rewrites of gemvz's exception walk and all lost, by up to 1.8 us, although they issue
-the same loads; their code differs from the shipped walk's in shape (about 1100 instructions and 22-32 branches
-around the x loads, against 479 and 4, every x load predicated). Read the code before spending device time.
+Why: rewrites of gemvz's exception walk that issue the same loads lost by up to 1.8 us, and their code differed from
+the shipped walk's in shape (branches around the x loads instead of predicated loads): read the code before spending
+device time (FINDINGS, "the exception warp").
 """
 import argparse
 import os
@@ -46,12 +48,12 @@ def cuobjdump():
 
 
 def sass_of(kernel_src, insts, mod=None):
-    """{kernel name: [SASS lines]} of kernel_src (a version's kernel source, maybe with #define lines first) compiled
-    with exactly insts ((kind, args) as same_code's); mod: the version's submission module (default the working
-    tree's), whose layout says where the instantiation lines go."""
+    """{kernel name: [SASS lines]} of kernel_src (a version's kernel source, maybe with #define lines and a head first)
+    compiled with exactly insts ((family, args) in today's form); mod: the version's submission module (default the
+    working tree's)."""
     with tempfile.TemporaryDirectory() as d:
         mod = mod or sub
-        src = (mod.variant_source((), insts, kernel_src) if hasattr(mod, "variant_source") else
+        src = (mod.variant_source((), insts, kernel_src=kernel_src) if same_code.is_table_layout(kernel_src) else
                same_code.version_source(types.SimpleNamespace(KERNEL_SRC=kernel_src), insts))
         cubin = same_code.build_cubin(src, sub.NVCC_FLAGS, d, tag="sass")
         r = subprocess.run([cuobjdump(), "-sass", cubin], capture_output=True, text=True)
@@ -68,9 +70,13 @@ def sass_of(kernel_src, insts, mod=None):
     return out
 
 
-def kernel_matches(name, inst):
-    """Does the mangled kernel name belong to instantiation inst? (gemv: NW, U, NB, R, DUAL, PIPE; gemvz: NW, UG,
-    NB, R, PIPE; gemvt: NW, ST, NB, KA)."""
+def kernel_matches(name, inst, table_layout=True):
+    """Does the mangled kernel name belong to instantiation inst (today's form; an older version's kernels are named
+    with PIPE: same_code.to_pipe)?"""
+    if not table_layout:
+        inst = same_code.to_pipe(*inst) or ("none", ())
+        if inst[0] == "none":
+            return False
     kind, args = inst
     base = {"gemv": "gemv_kernel", "gemvz": "gemvz_kernel", "gemvt": "gemvt_kernel"}[kind]
     tmpl = "".join("Lb1E" if v is True else "Lb0E" if v is False else f"Li{v}E" for v in args)
@@ -112,13 +118,15 @@ def main(argv=None):
     ap.add_argument("--define", action="append", default=[], help="a macro prepended to the kernel source")
     ap.add_argument("--out", default=None, help="write the full SASS of the kernels asked for here")
     ap.add_argument("--alone", action="store_true", help="compile only the instantiations asked for")
-    ap.add_argument("insts", nargs="+", type=same_code.parse_extra, help="kind:template args, e.g. gemvz:8,1,1,2,5")
+    ap.add_argument("insts", nargs="+", type=same_code.parse_extra, help="family:template args, e.g. gemvz:8,1,1,2,2,2,0")
     args = ap.parse_args(argv)
     mod = same_code.load_version(args.rev) if args.rev else sub
-    src = "".join(f"#define {n}\n" for n in args.define) + mod.KERNEL_SRC
+    head = open(os.path.join(ROOT, "csrc", "instruments.cuh")).read() if args.define else ""
+    src = "".join(f"#define {n}\n" for n in args.define) + head + mod.KERNEL_SRC
     insts = list(args.insts) if args.alone else sorted(set(same_code.table_insts(src)) | set(args.insts), key=str)
     code = sass_of(src, insts, mod)
-    kernels = {k: v for k, v in code.items() if any(kernel_matches(k, i) for i in args.insts)}
+    layout = same_code.is_table_layout(mod.KERNEL_SRC)
+    kernels = {k: v for k, v in code.items() if any(kernel_matches(k, i, layout) for i in args.insts)}
     if not kernels:
         raise SystemExit("[sass] no kernel compiled: check the instantiations")
     for k, v in kernels.items():

@@ -44,7 +44,8 @@ def occupancy_note(untraced, traced, plan, m, dual):
     kind, args = cases.inst_of(plan.config, m, dual)
     threads = (plan.config.nw + (kind == "gemvz")) * 32           # gemvz: one more warp, the exception warp
     t = [int(v) for v in args]                                     # DUAL as 0 / 1
-    a, b = untraced.attrs(S.KINDS.index(kind), t), traced.attrs(S.KINDS.index(kind), t)
+    fam = [f.name for f in S.FAMILIES].index(kind)
+    a, b = untraced.attrs(fam, t), traced.attrs(fam, t)
     na, nb = ctas_by_registers(a[0], threads), ctas_by_registers(b[0], threads)
     if na == nb:
         return ""

@@ -1,0 +1,102 @@
+"""prepare: one layer packed, compressed where that pays and is exact (verified on the GPU), every m planned, every
+launch built, before any call (kernel_fn, muse/call.py, may then be captured in a CUDA graph)."""
+import torch
+
+from .extension import shipped_extension
+from .families import MAX_M, GemvConfig, GemvtConfig
+from .layer import Layer
+from .planner import plan_for
+from .tuning import tune_cache_path, tune_layer
+from .zformat import NoCompression, compress_verified, walk_for, z_pays
+
+
+def check_weight(name, weight):
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty str, got {name!r}")
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
+    if weight.dtype not in (torch.bfloat16, torch.float32):
+        raise TypeError(f"weight of layer '{name}' must be torch.bfloat16 or torch.float32, got {weight.dtype}")
+    if weight.dim() != 2:
+        raise ValueError(f"weight of layer '{name}' must be 2-D [N, K], got shape {tuple(weight.shape)}")
+    if weight.numel() == 0:
+        raise ValueError(f"weight of layer '{name}' is empty: shape {tuple(weight.shape)}")
+    if not weight.is_cuda:
+        raise ValueError(f"weight of layer '{name}' must be a CUDA tensor, got device {weight.device}")
+
+
+def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=None, tune=False, tune_cache=None):
+    """Pack one layer and plan every m. weight: CUDA [N, K], bf16 or fp32 (router: hi + lo, fp32 out).
+
+    path: None (tables and planner decide per m), 'plain' or 'compressed' (force one path for every m <= 32;
+          'compressed' takes the 12-bit format whenever it is exact, whatever its exception rate).
+    pdl:  None (env MUSE_PDL, default on), True or False.
+    ext:  None (the shipped build) or a module from build_extension(...) (a variant build: tools, tests).
+    ctable, ztable: tables to plan with instead of CTABLE / ZTABLE (judge.py --no-tables passes empty ones).
+    tune: False, or True: where the cost model planned a token class (m <= 8, 9..16, 17..32; not table rows), time its
+          cheapest candidates on this layer's weights and keep the fastest; the winner is cached on disk (tune_cache,
+          default tune_cache_path(): device, kernel build, shape), so a shape is timed once (a few seconds; a line on
+          stderr says what was timed). describe() says "tuned on this device" / "tuned (cached ...)".
+    Runs eagerly (may allocate, synchronize, verify). Returns a Layer; layer.describe() says what each m does.
+    """
+    check_weight(name, weight)
+    if path not in (None, "plain", "compressed"):
+        raise ValueError(f"path must be None, 'plain' or 'compressed', got {path!r}")
+    if not isinstance(tune, bool):
+        raise TypeError(f"tune must be True or False, got {tune!r}")
+    ext = shipped_extension() if ext is None else ext
+    weight = weight.contiguous()
+    L = Layer(name, weight)
+    L.ext = ext
+    if pdl is not None:
+        L.pdl = bool(pdl)
+    N, K = L.N, L.K
+    shape_ok = N % 16 == 0 and K % 64 == 0
+
+    def plan(m, compressible):
+        return plan_for(name, N, K, m, L.dual, compressible, path, ctable, ztable)
+
+    # Which paths could be used: compress only if some m would take it.
+    compressible = "fp32 weights take the DUAL plain path" if L.dual else (
+        f"shape N={N}, K={K} not a multiple of 16 / 64" if not shape_ok else True)
+    if any(plan(m, compressible).path == "compressed" for m in range(1, MAX_M + 1)):
+        try:
+            L.z = compress_verified(weight, ext, limits=path != "compressed")
+            L.z_note = "ok"
+        except NoCompression as e:
+            if path == "compressed":
+                raise ValueError(f"layer '{name}' cannot be compressed: {e}") from None
+            compressible, L.z_note = str(e), f"not used: {e}"   # plan_for says "compressed not used: <why>"
+    elif compressible is not True:
+        L.z_note = f"not used: {compressible}"
+    else:
+        L.z_note = "not used: the tables send every m to the plain path"
+    whys = []     # why an m range of a compressible layer runs plain anyway (the 12-bit note when none takes it)
+
+    def plan_m(m):
+        if L.z is None or path is not None:
+            return plan(m, compressible)
+        pays = z_pays(L.z, m)
+        p = plan(m, pays)
+        if p.path != "compressed":
+            whys.append(pays)
+            return p
+        walk = walk_for(L.z, p.config, m)
+        if isinstance(walk, str):
+            whys.append(walk)
+            return plan(m, walk)
+        return p._replace(config=walk[0], why=p.why + walk[1])
+
+    L.plans = [None] + [plan_m(m) for m in range(1, MAX_M + 1)]
+    if L.z is not None and not any(p.path == "compressed" for p in L.plans[1:]):   # no m takes it: drop the copy
+        why = next((r for r in whys if r is not True), "the tables send every m to the plain path")
+        L.z_note, L.z = f"not used: {why}", None
+    L.pack()
+    L._alloc_workspace()
+    if tune:
+        tune_layer(L, tune_cache or tune_cache_path())
+    for m in range(1, MAX_M + 1):       # the launches, here rather than in a first kernel_fn (maybe under capture)
+        if L.plans[m].path in ("plain", "compressed"):
+            L.launch(m)
+    torch.cuda.synchronize(L.device)
+    return L
