@@ -615,8 +615,8 @@ inline void set_runtime(GemvArgs& a, const int* v) { a.S = v[0]; a.pf = v[1]; a.
 // ---- END GENERATED ----
 // ptx.cuh: one small device function per PTX instruction the kernels use, each with its reason.
 // defines: ld_stream, ld_x, ld_x1_if, ld_esc_if, mma16816, prmt, pdl_trigger, pdl_wait,
-//          named_bar_arrive1, named_bar_sync1, cluster_arrive_relaxed / _release, cluster_wait_acquire, cluster_rank,
-//          map_shared, st_cluster, cluster_mbar, mbar_init_expect, st_async, mbar_wait0, prefetch_l2, smem_u32,
+//          named_bar_arrive1, named_bar_sync1, cluster_arrive_relaxed, cluster_wait_acquire, cluster_rank,
+//          map_shared, cluster_mbar, mbar_init_expect, st_async, mbar_wait0, prefetch_l2, smem_u32,
 //          mbar_init, mbar_expect_tx, mbar_arrive, mbar_wait, bulk_load, policy_evict_first, tma_load_2d, wg_fence,
 //          wg_commit, wg_wait0, wg_wait1, wg_pin, wg_desc, wgmma_ss
 #include <cuda.h>  // CUtensorMap (gemvt_kernel's TMA descriptors; the driver entry point is fetched at run time)
@@ -689,11 +689,10 @@ __device__ __forceinline__ void pdl_wait() {
 __device__ __forceinline__ void named_bar_arrive1(int n) { asm volatile("bar.arrive 1, %0;" ::"r"(n) : "memory"); }
 __device__ __forceinline__ void named_bar_sync1(int n) { asm volatile("bar.sync 1, %0;" ::"r"(n) : "memory"); }
 
-// Thread-block clusters (cl = 1: the S CTAs of a row group form one cluster and reduce through distributed
-// shared memory instead of the global workspace). Each thread arrives once per barrier phase; a wait
-// returns when every non-exited thread of the cluster has arrived.
+// Thread-block clusters (cl = 2: the S CTAs of a row group form one cluster and reduce through distributed shared
+// memory instead of the global workspace). Each thread arrives once per barrier phase; a wait returns when every
+// non-exited thread of the cluster has arrived.
 __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
-__device__ __forceinline__ void cluster_arrive_release() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait_acquire() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -707,11 +706,6 @@ __device__ __forceinline__ uint32_t map_shared(const void* p, uint32_t rank) {
   uint32_t r;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"((uint32_t)__cvta_generic_to_shared(p)), "r"(rank));
   return r;
-}
-
-__device__ __forceinline__ void st_cluster(uint32_t addr, float4 v) {
-  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
-               : "memory");
 }
 
 // cl = 2: the leader's mbarrier counts the bytes the other CTAs send with st.async (one per CTA: a __shared__
@@ -951,15 +945,13 @@ __device__ __forceinline__ bool splitk_combine(float4 (&res)[J], float4* __restr
   return true;
 }
 
-// The same reduction inside a cluster of the S CTAs (cl = 1; grid y = S = cluster size, rank = sidx): CTA
-// rank s > 0 stores its partials into slot s - 1 of the leader's (rank 0) cbuf[S - 1][P] in distributed shared
-// memory; one release/acquire barrier; the leader sums its own partial and slots 0..S-2 in the order
-// s = 0..S-1 (the ticket path's order: both give the same bits). No global traffic, no fence, no ticket.
-// Every thread arrived on the cluster barrier once at kernel start (so all CTAs have started before a
-// remote store). Returns true in the leader. All threads of the CTA call it.
-// cl = 2 (mbarrier): the other CTAs send with st.async, counted in bytes on the leader's mbarrier (cluster_mbar,
-// armed at kernel start for (S - 1) P 16 bytes); they leave at once, and only the leader waits, for the bytes
-// alone: no second cluster barrier. Same order of the sum, same bits.
+// The same reduction inside a cluster of the S CTAs (cl = 2; grid y = S = cluster size, rank = sidx): CTA rank
+// s > 0 sends its partials with st.async into slot s - 1 of the leader's (rank 0) cbuf[S - 1][P] in distributed
+// shared memory, counted in bytes on the leader's mbarrier (cluster_mbar, armed at kernel start for (S - 1) P 16
+// bytes), and leaves at once; only the leader waits, for the bytes alone. The leader sums its own partial and slots
+// 0..S-2 in the order s = 0..S-1 (the ticket path's order: both give the same bits). No global traffic, no fence, no
+// ticket. Every thread arrived on the cluster barrier once at kernel start, so the leader runs and its mbarrier is
+// armed before any remote store. Returns true in the leader. All threads of the CTA call it.
 template <int J, int P, int NT>
 __device__ __forceinline__ bool cluster_combine(float4 (&res)[J], float4* cbuf, int S, int cl) {
   const int tid = threadIdx.x;
@@ -977,18 +969,7 @@ __device__ __forceinline__ bool cluster_combine(float4 (&res)[J], float4* cbuf, 
     }
     mbar_wait0(cluster_mbar());
   } else {
-    cluster_wait_acquire();                    // phase 1: every CTA of the cluster is running
-    if (rank != 0) {
-      const uint32_t base = map_shared(cbuf + (rank - 1) * P, 0);
-#pragma unroll
-      for (int j = 0; j < J; j++) {
-        const int p = tid + j * NT;
-        if (tid < NT && p < P) st_cluster(base + 16u * p, res[j]);
-      }
-    }
-    cluster_arrive_release();                  // phase 2: the stores above reach the leader before its wait
-    if (rank != 0) return false;
-    cluster_wait_acquire();
+    __trap();                                // cl is 0 or 2 (config_misfit refuses any other value)
   }
 #pragma unroll
   for (int j = 0; j < J; j++) {
@@ -1005,13 +986,13 @@ __device__ __forceinline__ bool cluster_combine(float4 (&res)[J], float4* cbuf, 
   return true;
 }
 
-// Kernel start with cl: (cl = 2) the leader arms its mbarrier for the other CTAs' (S - 1) P float4, then every
-// thread arrives once on the cluster barrier (cluster_combine waits on it before any remote store).
+// Kernel start with cl: the leader arms its mbarrier for the other CTAs' (S - 1) P float4, then every thread arrives
+// once on the cluster barrier (cluster_combine waits on it before any remote store).
 template <int P>
 __device__ __forceinline__ void cluster_start(int cl, int S) {
   HOOK_CLUSTER_START
   if (!cl) return;
-  if (cl == 2 && threadIdx.x == 0 && cluster_rank() == 0) mbar_init_expect(cluster_mbar(), (uint32_t)(S - 1) * P * 16u);
+  if (threadIdx.x == 0 && cluster_rank() == 0) mbar_init_expect(cluster_mbar(), (uint32_t)(S - 1) * P * 16u);
   cluster_arrive_relaxed();
 }
 
@@ -1077,7 +1058,7 @@ __device__ __forceinline__ void load_wbatch(uint4 (&a)[NH][U][R][2], const uint4
 // Requires N % (16R) == 0, K/32 % (S*NW*U) == 0, M <= NB*8.
 //
 //   grid (N/(16R), S): CTA (rg, sidx) = row blocks rg*R .. rg*R+R-1 x K blocks [sidx*KB/S, (sidx+1)*KB/S);
-//   cl = 1: clusters (1, S), split-K reduced in the leader's shared memory (cluster_combine), ws/sem unused
+//   cl = 2: clusters (1, S), split-K reduced in the leader's shared memory (cluster_combine), ws/sem unused
 //   CTA: NW warps; warp w streams K blocks kb0 + [0, KBW) of the slice for all R row blocks, U per trip
 //   lane (g = lane>>2, t = lane&3): A fragment = rows g, g+8 of a block; B = x[token 8nb+g][8t..8t+7]
 //   end: warps -> smem red[NW][R*NB*32] -> sum over warps -> split-K combine -> store

@@ -124,15 +124,13 @@ __device__ __forceinline__ bool splitk_combine(float4 (&res)[J], float4* __restr
   return true;
 }
 
-// The same reduction inside a cluster of the S CTAs (cl = 1; grid y = S = cluster size, rank = sidx): CTA
-// rank s > 0 stores its partials into slot s - 1 of the leader's (rank 0) cbuf[S - 1][P] in distributed shared
-// memory; one release/acquire barrier; the leader sums its own partial and slots 0..S-2 in the order
-// s = 0..S-1 (the ticket path's order: both give the same bits). No global traffic, no fence, no ticket.
-// Every thread arrived on the cluster barrier once at kernel start (so all CTAs have started before a
-// remote store). Returns true in the leader. All threads of the CTA call it.
-// cl = 2 (mbarrier): the other CTAs send with st.async, counted in bytes on the leader's mbarrier (cluster_mbar,
-// armed at kernel start for (S - 1) P 16 bytes); they leave at once, and only the leader waits, for the bytes
-// alone: no second cluster barrier. Same order of the sum, same bits.
+// The same reduction inside a cluster of the S CTAs (cl = 2; grid y = S = cluster size, rank = sidx): CTA rank
+// s > 0 sends its partials with st.async into slot s - 1 of the leader's (rank 0) cbuf[S - 1][P] in distributed
+// shared memory, counted in bytes on the leader's mbarrier (cluster_mbar, armed at kernel start for (S - 1) P 16
+// bytes), and leaves at once; only the leader waits, for the bytes alone. The leader sums its own partial and slots
+// 0..S-2 in the order s = 0..S-1 (the ticket path's order: both give the same bits). No global traffic, no fence, no
+// ticket. Every thread arrived on the cluster barrier once at kernel start, so the leader runs and its mbarrier is
+// armed before any remote store. Returns true in the leader. All threads of the CTA call it.
 template <int J, int P, int NT>
 __device__ __forceinline__ bool cluster_combine(float4 (&res)[J], float4* cbuf, int S, int cl) {
   const int tid = threadIdx.x;
@@ -150,18 +148,7 @@ __device__ __forceinline__ bool cluster_combine(float4 (&res)[J], float4* cbuf, 
     }
     mbar_wait0(cluster_mbar());
   } else {
-    cluster_wait_acquire();                    // phase 1: every CTA of the cluster is running
-    if (rank != 0) {
-      const uint32_t base = map_shared(cbuf + (rank - 1) * P, 0);
-#pragma unroll
-      for (int j = 0; j < J; j++) {
-        const int p = tid + j * NT;
-        if (tid < NT && p < P) st_cluster(base + 16u * p, res[j]);
-      }
-    }
-    cluster_arrive_release();                  // phase 2: the stores above reach the leader before its wait
-    if (rank != 0) return false;
-    cluster_wait_acquire();
+    __trap();                                // cl is 0 or 2 (config_misfit refuses any other value)
   }
 #pragma unroll
   for (int j = 0; j < J; j++) {
@@ -178,13 +165,13 @@ __device__ __forceinline__ bool cluster_combine(float4 (&res)[J], float4* cbuf, 
   return true;
 }
 
-// Kernel start with cl: (cl = 2) the leader arms its mbarrier for the other CTAs' (S - 1) P float4, then every
-// thread arrives once on the cluster barrier (cluster_combine waits on it before any remote store).
+// Kernel start with cl: the leader arms its mbarrier for the other CTAs' (S - 1) P float4, then every thread arrives
+// once on the cluster barrier (cluster_combine waits on it before any remote store).
 template <int P>
 __device__ __forceinline__ void cluster_start(int cl, int S) {
   HOOK_CLUSTER_START
   if (!cl) return;
-  if (cl == 2 && threadIdx.x == 0 && cluster_rank() == 0) mbar_init_expect(cluster_mbar(), (uint32_t)(S - 1) * P * 16u);
+  if (threadIdx.x == 0 && cluster_rank() == 0) mbar_init_expect(cluster_mbar(), (uint32_t)(S - 1) * P * 16u);
   cluster_arrive_relaxed();
 }
 

@@ -29,7 +29,7 @@ __device__ __forceinline__ void load_wbatch(uint4 (&a)[NH][U][R][2], const uint4
 // Requires N % (16R) == 0, K/32 % (S*NW*U) == 0, M <= NB*8.
 //
 //   grid (N/(16R), S): CTA (rg, sidx) = row blocks rg*R .. rg*R+R-1 x K blocks [sidx*KB/S, (sidx+1)*KB/S);
-//   cl = 1: clusters (1, S), split-K reduced in the leader's shared memory (cluster_combine), ws/sem unused
+//   cl = 2: clusters (1, S), split-K reduced in the leader's shared memory (cluster_combine), ws/sem unused
 //   CTA: NW warps; warp w streams K blocks kb0 + [0, KBW) of the slice for all R row blocks, U per trip
 //   lane (g = lane>>2, t = lane&3): A fragment = rows g, g+8 of a block; B = x[token 8nb+g][8t..8t+7]
 //   end: warps -> smem red[NW][R*NB*32] -> sum over warps -> split-K combine -> store

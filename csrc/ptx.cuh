@@ -1,7 +1,7 @@
 // ptx.cuh: one small device function per PTX instruction the kernels use, each with its reason.
 // defines: ld_stream, ld_x, ld_x1_if, ld_esc_if, mma16816, prmt, pdl_trigger, pdl_wait,
-//          named_bar_arrive1, named_bar_sync1, cluster_arrive_relaxed / _release, cluster_wait_acquire, cluster_rank,
-//          map_shared, st_cluster, cluster_mbar, mbar_init_expect, st_async, mbar_wait0, prefetch_l2, smem_u32,
+//          named_bar_arrive1, named_bar_sync1, cluster_arrive_relaxed, cluster_wait_acquire, cluster_rank,
+//          map_shared, cluster_mbar, mbar_init_expect, st_async, mbar_wait0, prefetch_l2, smem_u32,
 //          mbar_init, mbar_expect_tx, mbar_arrive, mbar_wait, bulk_load, policy_evict_first, tma_load_2d, wg_fence,
 //          wg_commit, wg_wait0, wg_wait1, wg_pin, wg_desc, wgmma_ss
 #pragma once
@@ -76,11 +76,10 @@ __device__ __forceinline__ void pdl_wait() {
 __device__ __forceinline__ void named_bar_arrive1(int n) { asm volatile("bar.arrive 1, %0;" ::"r"(n) : "memory"); }
 __device__ __forceinline__ void named_bar_sync1(int n) { asm volatile("bar.sync 1, %0;" ::"r"(n) : "memory"); }
 
-// Thread-block clusters (cl = 1: the S CTAs of a row group form one cluster and reduce through distributed
-// shared memory instead of the global workspace). Each thread arrives once per barrier phase; a wait
-// returns when every non-exited thread of the cluster has arrived.
+// Thread-block clusters (cl = 2: the S CTAs of a row group form one cluster and reduce through distributed shared
+// memory instead of the global workspace). Each thread arrives once per barrier phase; a wait returns when every
+// non-exited thread of the cluster has arrived.
 __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
-__device__ __forceinline__ void cluster_arrive_release() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait_acquire() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -94,11 +93,6 @@ __device__ __forceinline__ uint32_t map_shared(const void* p, uint32_t rank) {
   uint32_t r;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"((uint32_t)__cvta_generic_to_shared(p)), "r"(rank));
   return r;
-}
-
-__device__ __forceinline__ void st_cluster(uint32_t addr, float4 v) {
-  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
-               : "memory");
 }
 
 // cl = 2: the leader's mbarrier counts the bytes the other CTAs send with st.async (one per CTA: a __shared__
