@@ -9,7 +9,7 @@
     python judge.py --no-tables          # the 30 shapes with the tables ignored (planner only): ...-notables.json
     python judge.py --weights rowscaled  # another weight distribution (gaussian, heavy, rowscaled, colscaled; default trained)
 
-Correctness (../shared/SPEC.md): float64 reference on the device; bf16 outputs within
+Correctness (docs/SPEC.md): float64 reference on the device; bf16 outputs within
 2**-7 |ref| + 2**-10 max|ref_row|, fp32 (router) rows within 1e-5 normwise; one-hot probe rows return
 W[:, k] exactly (bf16; 2**-16 relative for fp32), on random columns AND on every column that holds an
 out-of-window weight of the 12-bit format; determinism; a CUDA graph replayed 50 times; fresh x copied into
@@ -142,7 +142,7 @@ def outliers(p):
     +-(1 + u) * 2**e, e uniform in 5..10: 11 to 19 binades above the Gaussian's largest, so no row's window takes them
     in (it would lose the row's bulk) and each is an exact exception of the 12-bit format (within 16 binades of its
     row's window): p of the weights out of window, plus Gaussian's own (about 0.008%); seeded. tools/format_bench.py
-    and the GPU tests set an exception rate with it (FINDINGS.md section 19)."""
+    and the GPU tests set an exception rate with it (FINDINGS.md section 8.4)."""
     def make(N, K, seed, device="cpu", dtype=torch.bfloat16):
         g = torch.Generator().manual_seed(seed)
         w = 0.02 * torch.randn(N, K, generator=g)

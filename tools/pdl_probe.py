@@ -1,5 +1,5 @@
 """A bare streaming read, timed as SPEC times our kernels, with the one constraint our GEMVs have and the PDL
-anchor (../shared/anchors/pdl-read-h200-2026-11-30.json) does not: x may be written by the previous kernel, so a
+anchor (docs/anchors/pdl-read-h200-2026-11-30.json) does not: x may be written by the previous kernel, so a
 GEMV can read only its weights before griddepcontrol.wait. How fast can any kernel under that rule read the
 bytes, and how much does loading more of them before the wait give back?
 

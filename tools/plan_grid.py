@@ -1,7 +1,7 @@
 """The planner's data: every candidate kernel family x split-K S on a set of shapes, each checked and timed as SPEC
 times (P copies >= 2 GB, one graph of back-to-back calls, median replay), with the grid's CTA count and the CTAs one
 SM holds (from the compiled kernel's registers and shared memory). The rows fit the planner's cost model
-(FINDINGS 22) and test it on shapes it was not fitted on.
+(FINDINGS 13.3) and test it on shapes it was not fitted on.
 
     python3 tools/plan_grid.py --shapes public --m 1,16,32 --json $OUT/grid.json
     python3 tools/plan_grid.py --layers qkv_gate,o_proj --m 1 --families z8
