@@ -78,7 +78,6 @@ __device__ __forceinline__ void muse_trace_flush(const MuseTrace& tr, float4* ws
 #define TR_EXC_END if (lane == 0) tr_exc_ = clock64();
 #define TR_EXC_READ if (threadIdx.x == 0) tr_.e = tr_exc_;
 #else
-#else
 struct MuseTrace {};
 #define TR_G(i)
 #define TR_C(i)

@@ -3,11 +3,12 @@
     python labs/lab0_configs.py
 
 Reads tables/shapes.json, tables/ctable.json and tables/ztable.json. For every table row it prints the
-grid of gemv_kernel / gemvz_kernel (N/(16R) x S), the warps per CTA, the K each warp streams, the bytes a lane
-has in flight right after a load batch, and the bytes in flight per SM against Little's law. It checks that
-every row divides evenly (the kernels use integer divisions: a row that does not divide silently skips
+grid of gemv_kernel / gemvz_kernel (N/(16R) x S; gemvt_kernel: N/(16NW) x S), the warps per CTA, the K each warp
+streams, the bytes a lane has in flight right after a load batch, and the bytes in flight per SM against Little's law.
+It checks that every row divides evenly (the kernels use integer divisions: a row that does not divide silently skips
 weights) and exits 1 naming the first bad row. check_row() is what tests/test_labs.py calls.
-Independent oracle: this file shares no code with submission.py (gemv_misfit / gemvz_misfit restate the same rules).
+Independent oracle: this file shares no code with submission.py or muse/ (muse/families.py's gemv_misfit /
+gemvz_misfit / gemvt_misfit state the same rules; this lab restates them from the kernels).
 """
 import json
 import math
@@ -26,63 +27,77 @@ from labkit import nb_of
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TABLES = REPO / "tables"
+# This lab is about the H200 (what the tables were tuned on), so its numbers are the H200's, written out here rather
+# than read from the device: 132 SMs, and (below) 48 KB of static shared memory a CTA and 227 KB with the opt-in.
 SMS = 132                      # H200 SMs
 HBM_BPS = 4.8e12               # bytes / s
 LATENCY_S = 0.7e-6             # load latency under load (guide ch. 2.4)
 LITTLE_PER_SM = HBM_BPS * LATENCY_S / SMS      # ~25.5 kB
 MAX_CTAS_PER_SM = 2            # assumption: registers allow at most 2 resident CTAs of our kernels
-SMEM_LIMIT = 48 * 1024         # static + dynamic shared memory per CTA
+SMEM_LIMIT = 48 * 1024         # static + dynamic shared memory per CTA (no opt-in: gemv_kernel, gemvz_kernel)
+LOOPS = (0, 1, 2)              # 0 load a batch then compute it; 1 next batch's weights in flight; 2 weights and x
+MBS = (0, 1, 2)                # occupancy bound: at least mb CTAs an SM by registers (0: none)
 
 
 # %% Layout: the rules a config must satisfy -----------------------------------------------------------
-def ring_fields(config):
-    """A gemvt_kernel row (GemvtConfig: {nw, s, st, ka, pdl, cl, co}) in this lab's terms for the TMA ring: pipe 6,
-    u = the ring's stages, r = 64-k tiles a stage. Other rows unchanged."""
-    if "st" not in config:
-        return config
-    c = {k: v for k, v in config.items() if k not in ("st", "ka")}
-    return dict(c, u=config["st"], r=config["ka"], pipe=6)
+def is_ring(config):
+    """A gemvt_kernel row (GemvtConfig: {nw, s, st, ka, pdl, cl}): the TMA ring, recognised by its st / ka fields."""
+    return "st" in config or "ka" in config
 
 
 def check_row(kind, layer, m, config):
-    """Problems of one table row (empty list if it is fine). kind: 'plain' (gemv_kernel) or 'compressed'
-    (gemvz_kernel); layer: {"layer", "N", "K", "dtype"}; config: {"nw", "s", "u" | "ug", "pipe"} and optionally
-    "r" (row blocks per warp, default 1), "pf" (L2 prefetch, 0/1), "pdl" (0/1), "cl" (split-K: 0 ticket, 1 cluster barrier, 2 cluster mbarrier)."""
+    """Problems of one table row (empty list if it is fine). kind: 'plain' (gemv_kernel, or gemvt_kernel for a row
+    with st / ka) or 'compressed' (gemvz_kernel); layer: {"layer", "N", "K", "dtype"}; config: {"nw", "s", "u" | "ug",
+    "loop", "mb"} (compressed: and "walk", 0 one lane a row or 1 the cooperative walk, default 0) and optionally "r"
+    (row blocks per warp, default 1), "pf" (L2 prefetch, 0/1), "pdl" (0/1), "cl" (split-K: 0 ticket, 2 cluster
+    mbarrier); a gemvt row {"nw", "s", "st", "ka"} and optionally "pdl", "cl"."""
     name, N, K = layer.get("layer", "?"), layer["N"], layer["K"]
     where = f"{kind} row ('{name}', m={m})"
     probs = []
     if kind not in ("plain", "compressed"):
         return [f"{where}: kind must be 'plain' or 'compressed'"]
-    config = ring_fields(config)
-    ukey = "u" if kind == "plain" else "ug"
-    for key in ("nw", "s", ukey, "pipe", "r", "pf", "pdl", "cl"):
-        v = config.get(key, {"r": 1, "pf": 0, "pdl": 1, "cl": 0}.get(key))
-        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if key in ("pipe", "pf", "pdl", "cl") else 1):
-            want = "non-negative" if key in ("pipe", "pf", "pdl", "cl") else "positive"
-            probs.append(f"{where}: config field '{key}' = {v!r} is not a {want} int")
-    if probs:
-        return probs
-    nw, s, u, pipe = config["nw"], config["s"], config[ukey], config["pipe"]
-    r, pf, pdl, cl = config.get("r", 1), config.get("pf", 0), config.get("pdl", 1), config.get("cl", 0)
     if not 1 <= m <= 32:
         probs.append(f"{where}: m={m} outside 1..32")
     nb = nb_of(m)
-    if pipe == 6 and kind == "compressed":
-        return probs + [f"{where}: the compressed TMA ring (gemvtz_kernel) was removed (FINDINGS.md)"]
-    if pipe == 6:
-        return probs + check_tma_row(where, layer, nb, nw, s, u, r, pf, pdl, cl)
-    if pipe > 5:
-        probs.append(f"{where}: PIPE={pipe} not in 0..6")
-    if pf > 1 or pdl > 1 or cl > 2:
-        probs.append(f"{where}: pf={pf}, pdl={pdl}, cl={cl}: pf and pdl are 0 or 1, cl is 0, 1 or 2")
+    if is_ring(config):
+        if kind == "compressed":
+            return probs + [f"{where}: the compressed TMA ring (gemvtz_kernel) was removed (FINDINGS.md)"]
+        return probs + check_tma_row(where, layer, nb, config)
+    ukey = "u" if kind == "plain" else "ug"
+    if kind == "plain" and "walk" in config:
+        probs.append(f"{where}: 'walk' is a compressed row's field (the exception warp's walk)")
+    for key in ("nw", "s", ukey, "loop", "mb", "r", "pf", "pdl", "cl", "walk"):
+        v = config.get(key, {"r": 1, "pf": 0, "pdl": 1, "cl": 0, "walk": 0}.get(key))
+        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if key in ("loop", "mb", "pf", "pdl", "cl", "walk")
+                                                                else 1):
+            want = "non-negative" if key in ("loop", "mb", "pf", "pdl", "cl", "walk") else "positive"
+            probs.append(f"{where}: config field '{key}' = {v!r} is not a {want} int")
+    if probs:
+        return probs
+    nw, s, u, loop, mb = config["nw"], config["s"], config[ukey], config["loop"], config["mb"]
+    r, pf, pdl, cl = config.get("r", 1), config.get("pf", 0), config.get("pdl", 1), config.get("cl", 0)
+    walk = config.get("walk", 0)
+    if nw not in (1, 2, 4, 8, 16):
+        probs.append(f"{where}: NW={nw}: the register kernels are built for 1, 2, 4, 8 or 16 streaming warps")
+    if loop not in LOOPS:
+        probs.append(f"{where}: loop={loop} not in 0..2")
+    if mb not in MBS:
+        probs.append(f"{where}: mb={mb} not in 0..2")
+    if walk > 1:
+        probs.append(f"{where}: walk={walk}: 0 (one lane a row) or 1 (cooperative)")
+    if pf > 1 or pdl > 1 or cl not in (0, 2):
+        probs.append(f"{where}: pf={pf}, pdl={pdl}, cl={cl}: pf and pdl are 0 or 1, cl is 0 or 2")
     if cl and not 2 <= s <= 16:
         probs.append(f"{where}: cl={cl} makes the S={s} CTAs of a row group one cluster: S must be 2..16")
     if N % (16 * r):
         probs.append(f"{where}: N={N} not a multiple of 16*R={16 * r}")
-    # red[NW][R*NB*32] float4 (+ the exception warp's ecorr) (+ with cl the leader's cbuf[S-1][R*NB*32])
-    smem = (nw + (s - 1) * (cl >= 1)) * r * nb * 32 * 16 + (r * 16 * (nb * 8 + 1) * 4 if kind == "compressed" else 0) + 12
+    # red[NW][R*NB*32] float4 (+ the exception warp's ecorr) (+ with cl the leader's cbuf[S-1][R*NB*32]) + the ticket
+    # flag and the cluster mbarrier (12 B) (+ walk 1: the cooperative walk's roff[R*16+1], part[32][2][NB*8], prow[32][2])
+    smem = (nw + (s - 1) * (cl > 0)) * r * nb * 32 * 16 + (r * 16 * (nb * 8 + 1) * 4 if kind == "compressed" else 0) + 12
+    if walk:
+        smem += 4 * (r * 16 + 1) + 4 * 32 * 2 * nb * 8 + 4 * 32 * 2
     if smem > SMEM_LIMIT:
-        probs.append(f"{where}: shared memory (NW + cl*(S-1))*R*NB*512 B (+ ecorr) = {smem} B > {SMEM_LIMIT} B")
+        probs.append(f"{where}: shared memory (NW + cl*(S-1))*R*NB*512 B (+ ecorr, + walk) = {smem} B > {SMEM_LIMIT} B")
     if kind == "plain":
         if K % 32:
             probs.append(f"{where}: K={K} not a multiple of 32")
@@ -99,59 +114,60 @@ def check_row(kind, layer, m, config):
     return probs
 
 
-TMA_SMEM_LIMIT = 227 * 1024    # PIPE 6 opts in to the most shared memory a CTA may have
+TMA_SMEM_LIMIT = 227 * 1024    # gemvt_kernel opts in to the most shared memory an H200 CTA may have
 
 
-def ring_w_bytes(nw, compressed):
-    """One 64-k group of a PIPE 6 stage's weights: gemvt_kernel 16 nw bf16 rows at 128 B, gemvtz_kernel a 6 KB
-    12-bit tile per warpgroup."""
-    return nw // 4 * 6144 if compressed else 16 * nw * 128
+def tma_smem(nw, st, nb, ka, s, cl):
+    """gemvt_kernel: 1 KB of alignment slack + a ring of st stages, each ka 64-k tiles of 16 nw bf16 weight rows and
+    8 nb tokens at 128 B a row, + with cl the leader's cbuf[S-1][nw*nb*32] float4, + the mbarriers (16 B a stage + 16)."""
+    return 1024 + st * ka * (16 * nw + 8 * nb) * 128 + (s - 1) * nw * nb * 32 * 16 * (cl > 0) + 16 * st + 16
 
 
-def tma_smem(nw, st, nb, ka, s, cl, compressed=False):
-    """PIPE 6: 1 KB of alignment slack + a ring of st stages, each ka 64-k groups of 8 nb tokens at 128 B a row and of
-    weights (gemvt_kernel: 16 nw bf16 rows at 128 B; gemvtz_kernel: 6 KB of 12-bit tile per warpgroup), + with cl the
-    leader's cbuf[S-1][nw*nb*32] float4, + the mbarriers (static)."""
-    return 1024 + st * ka * (ring_w_bytes(nw, compressed) + 8 * nb * 128) + (s - 1) * nw * nb * 32 * 16 * (cl >= 1) + 16 * st + 16
-
-
-def check_tma_row(where, layer, nb, nw, s, u, r, pf, pdl, cl, compressed=False):
-    """PIPE 6 rows (plain: gemvt_kernel; compressed: gemvtz_kernel): u = stages, r = 64-k groups a stage, nw consumer
-    warps (whole warpgroups of 64 rows; compressed: one or two); S need not divide K (the CTAs' slices differ by at
-    most one step), but every CTA needs a step."""
+def check_tma_row(where, layer, nb, config):
+    """gemvt rows: st stages of ka 64-k tiles, nw consumer warps (whole warpgroups of 64 rows); S need not divide K
+    (the CTAs' slices differ by at most one step), but every CTA needs a step."""
     N, K = layer["N"], layer["K"]
     probs = []
+    for key in ("nw", "s", "st", "ka", "pdl", "cl"):
+        v = config.get(key, {"pdl": 1, "cl": 0}.get(key))
+        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if key in ("pdl", "cl") else 1):
+            probs.append(f"{where}: gemvt config field '{key}' = {v!r} is not a {'non-negative' if key in ('pdl', 'cl') else 'positive'} int")
+    extra = sorted(set(config) - {"nw", "s", "st", "ka", "pdl", "cl"})
+    if extra:
+        probs.append(f"{where}: a gemvt row has no field(s) {extra}")
+    if probs:
+        return probs
+    nw, s, st, ka, pdl, cl = (config.get(k, d) for k, d in (("nw", 0), ("s", 0), ("st", 0), ("ka", 0), ("pdl", 1),
+                                                            ("cl", 0)))
     if layer.get("dtype") == "fp32":
-        probs.append(f"{where}: PIPE 6 takes bf16 weights, not the DUAL router")
-    if nw not in ((4, 8) if compressed else (4, 8, 12, 16)):
-        probs.append(f"{where}: PIPE 6 needs NW = {'4 or 8' if compressed else '4, 8, 12 or 16'} (warpgroups), got {nw}")
-    if N % (16 * nw) or K % (64 * r):
-        probs.append(f"{where}: PIPE 6 needs N % (16*NW) == 0 and K % (64*R) == 0 (N={N}, K={K}, NW={nw}, R={r})")
-    elif not 1 <= s <= K // (64 * r):
-        probs.append(f"{where}: PIPE 6: S={s} CTAs would leave one without a step (K/(64*R) = {K // (64 * r)})")
-    if pf or pdl > 1 or cl > 2:
-        probs.append(f"{where}: PIPE 6 has pf = 0 (its ring prefetches), pdl 0/1, cl 0..2; got pf={pf} pdl={pdl} cl={cl}")
+        probs.append(f"{where}: gemvt takes bf16 weights, not the DUAL router")
+    if nw not in (4, 8, 12, 16):
+        probs.append(f"{where}: gemvt needs NW = 4, 8, 12 or 16 (warpgroups), got {nw}")
+    if N % (16 * nw) or K % (64 * ka):
+        probs.append(f"{where}: gemvt needs N % (16*NW) == 0 and K % (64*KA) == 0 (N={N}, K={K}, NW={nw}, KA={ka})")
+    elif not 1 <= s <= K // (64 * ka):
+        probs.append(f"{where}: gemvt: S={s} CTAs would leave one without a step (K/(64*KA) = {K // (64 * ka)})")
+    if pdl > 1 or cl not in (0, 2):
+        probs.append(f"{where}: gemvt has pdl 0/1, cl 0 or 2; got pdl={pdl} cl={cl}")
     if cl and not 2 <= s <= 16:
         probs.append(f"{where}: cl={cl} makes the S={s} CTAs of a row group one cluster: S must be 2..16")
-    smem = tma_smem(nw, u, nb, r, s, cl, compressed)
+    smem = tma_smem(nw, st, nb, ka, s, cl)
     if smem > TMA_SMEM_LIMIT:
-        probs.append(f"{where}: PIPE 6 shared memory {smem} B > {TMA_SMEM_LIMIT} B")
+        probs.append(f"{where}: gemvt shared memory {smem} B > {TMA_SMEM_LIMIT} B")
     return probs
 
 
 # %% Emulation: what a config launches -----------------------------------------------------------------
 def launch_numbers(kind, layer, config):
     """Grid, warps, K per warp, bytes in flight per lane and per SM for one row."""
-    config = ring_fields(config)
     N, K = layer["N"], layer["K"]
     nw, s, r = config["nw"], config["s"], config.get("r", 1)
-    if config["pipe"] == 6:     # the ring's weight bytes are what a CTA keeps in flight
-        comp = kind == "compressed"
-        st = config["ug" if comp else "u"]
+    if is_ring(config):         # gemvt: the ring's weight bytes are what a CTA keeps in flight
+        st, ka = config["st"], config["ka"]
         ctas = N // (16 * nw) * s
-        fit = TMA_SMEM_LIMIT // tma_smem(nw, st, 4, r, s, config.get("cl", 0), comp)
+        fit = TMA_SMEM_LIMIT // tma_smem(nw, st, 4, ka, s, config.get("cl", 0))
         per_sm_ctas = min(math.ceil(ctas / SMS), max(fit, 1))
-        sm_bytes = st * r * ring_w_bytes(nw, comp) * per_sm_ctas
+        sm_bytes = st * ka * 16 * nw * 128 * per_sm_ctas
         return dict(grid=(N // (16 * nw), s), ctas=ctas, warps=nw + 1, k_per_warp=K // s, lane_bytes=0,
                     ctas_per_sm=per_sm_ctas, sm_bytes=sm_bytes, little=sm_bytes / LITTLE_PER_SM)
     ctas = N // (16 * r) * s
@@ -169,11 +185,14 @@ def launch_numbers(kind, layer, config):
 
 
 def fmt_cfg(kind, c):
-    if "st" in c:
-        return f"gemvt nw={c['nw']} s={c['s']} st={c['st']} ka={c['ka']} pdl={c.get('pdl', 1)} cl={c.get('cl', 0)}"
-    u = f"u={c['u']}" if kind == "plain" else f"ug={c['ug']}"
-    return (f"nw={c['nw']} s={c['s']} {u} r={c.get('r', 1)} pipe={c['pipe']} pf={c.get('pf', 0)} "
-            f"pdl={c.get('pdl', 1)} cl={c.get('cl', 0)}")
+    """A row's config in one line (a field the row lacks: '?', so that a bad row prints too)."""
+    g = lambda k, d="?": c.get(k, d)   # noqa: E731
+    if is_ring(c):
+        return f"gemvt nw={g('nw')} s={g('s')} st={g('st')} ka={g('ka')} pdl={g('pdl', 1)} cl={g('cl', 0)}"
+    u = f"u={g('u')}" if kind == "plain" else f"ug={g('ug')}"
+    walk = "" if kind == "plain" else f" walk={g('walk', 0)}"
+    return (f"nw={g('nw')} s={g('s')} {u} r={g('r', 1)} loop={g('loop')} mb={g('mb')}{walk} pf={g('pf', 0)} "
+            f"pdl={g('pdl', 1)} cl={g('cl', 0)}")
 
 
 def print_row(kind, layer, m, config, note=""):
@@ -239,7 +258,7 @@ def main():
     print(f"verified: odd m {shapes['odd_m']} fit the configs of the tabled m they reuse (same NB)")
 
     print("\nworked examples (not table rows):")
-    guide = dict(nw=16, s=4, u=4, pipe=3)
+    guide = dict(nw=16, s=4, u=4, loop=0, mb=1)
     n = print_row("plain", layers["router"], 1, guide, "   <- guide ch. 6 exercise")
     ok = n["ctas"] == 64 and n["lane_bytes"] == 256 and not check_row("plain", layers["router"], 1, guide)
     if not ok:
@@ -247,13 +266,13 @@ def main():
         raise SystemExit(1)
     print("verified: router (N=256) at m=1 with S=4: grid 16 x 4 = 64 CTAs; DUAL: 4 blocks x (2 hi + 2 lo) loads "
           "x 16 B = 256 B per lane")
-    zex = dict(nw=16, s=1, ug=1, pipe=2)
+    zex = dict(nw=16, s=1, ug=1, loop=1, mb=2, walk=0)
     n = print_row("compressed", layers["pooler"], 1, zex, "   <- STYLE.md's example row")
     if check_row("compressed", layers["pooler"], 1, zex) or n["warps"] != 17 or n["lane_bytes"] != 48:
-        print("MISMATCH: pooler m=1 GemvzConfig(16, 1, 1, 2) should fit, 17 warps, 48 B per lane")
+        print("MISMATCH: pooler m=1 GemvzConfig(nw=16, s=1, ug=1, loop=1, mb=2) should fit, 17 warps, 48 B per lane")
         raise SystemExit(1)
     print("verified: compressed pooler m=1 nw=16 ug=1: 16 + 1 warps per CTA, UG x 3 x 16 B = 48 B per lane")
-    probe = check_row("plain", layers["router"], 1, dict(nw=8, s=3, u=2, pipe=1))
+    probe = check_row("plain", layers["router"], 1, dict(nw=8, s=3, u=2, loop=1, mb=0))
     if not probe:
         print("MISMATCH: S=3 on the router should not divide K/32 = 256 (gemv_kernel splits K evenly)")
         raise SystemExit(1)

@@ -296,7 +296,7 @@ def coop_pieces(n, lanes=32):
 
 
 def coop_ecorr(eptr, esc, x, row0, rows, klo, khi, NB, EC):
-    """ecorr [rows, 8 NB] as gemvz's cooperative walk (PIPE 8..13, coop_walk) computes it for the CTA's rows row0 ..
+    """ecorr [rows, 8 NB] as gemvz's cooperative walk (walk = 1, coop_walk) computes it for the CTA's rows row0 ..
     row0 + rows - 1 and K slice [klo, khi): each lane sums its piece in k order, one fma a term; a row inside one lane's
     piece is that lane's sum, a row split between lanes the sum of the lanes' sums in lane order (fp32 adds from 0)."""
     M = x.shape[0]
@@ -343,7 +343,7 @@ def coop_ecorr(eptr, esc, x, row0, rows, klo, khi, NB, EC):
 def gemvz_emulate(stream, zbase, eptr, esc, x, N, K, nw, s, ug, corrections=True, coop=False):
     """y [m, N] as gemvz_kernel<NW=nw, UG=ug, NB> with S = s computes it, in fp32 (returned as float64,
     before store_tile's bf16 rounding). x: [m, K] values. corrections=False is a MUSE_SKIP_CORRECTIONS build (skips them);
-    coop=True the cooperative walk (PIPE 8..13: coop_ecorr) instead of one lane a row."""
+    coop=True the cooperative walk (walk = 1: coop_ecorr) instead of one lane a row."""
     x = np.asarray(x, np.float64)
     M = x.shape[0]
     NB, NW, S, UG = nb_of(M), nw, s, ug

@@ -1,8 +1,16 @@
 """Lab 7: window granularity for the 12-bit format (issue #29), measured bit for bit before any kernel is written.
 
-    python labs/lab7_windows.py            # checks + the full study (a few minutes), writes the JSON below
-    python labs/lab7_windows.py --quick    # checks + the study on two small shapes, writes nothing
-    python labs/lab7_windows.py --out PATH # the full study, JSON to PATH
+    python labs/lab7_windows.py                   # every check, on small sizes (about 20 s on 2 cores), writes nothing
+    python labs/lab7_windows.py --full            # + the full-size study (about 7 minutes on 2 cores), writes the JSON
+    python labs/lab7_windows.py --full --out PATH # the same, JSON to PATH
+
+The default run makes every check of the lab (each prints a `verified:` line and exits 1 on a mismatch): part 1,
+part 2 on every generator with special values at 512x1024, part 2b at 1024x4096, the round trip of part 2 on the
+study's own matrices at 256x2048, and part 3 (the study, whose rows must all be exact) on 256x2048 and 1024x4096
+(a shape of the full study: its rows there are the full study's). --full adds the full-size study: the round trip
+on the study's matrices at 2304x8192 (8 generators x 7 (granularity, kind): the longest part), part 3 on all 6
+shapes (8 generators x 6 shapes x 15), the table at 4096x8192 and 8192x2048, the conclusion on those shapes, and
+results/format-study-2026-12-01.json (or --out).
 
 The study is of the table-lookup format shipped until session 17: a code word's nibble j holds the 3-bit index of
 fragment element j into a window of 8 classes (any 8, looked up with prmt from two words TL, TH), the signs sit at
@@ -23,7 +31,9 @@ compares with W bit for bit (NaN == NaN, -0 != +0: this file's same_bits). It al
 checks that the histogram accounting of part 3 (exceptions per row, inexact exceptions) equals the element-by-element
 count of the packer. Part 3 is the study: 8 weight generators x 6 shapes x 6 granularities x 2 window kinds:
 exception rate, the most exceptions in a row and in a 16-row block, bits per weight (12 + windows + side table),
-written to results/format-study-2026-12-01.json, with a table and the conclusion.
+with a table and the conclusion (--full: written to results/format-study-2026-12-01.json). The stream is built and
+decoded for all 32 lanes at once (a lane axis in the arrays, FRAG_ROW / FRAG_K; tests/test_lab7.py checks it
+against a lane-by-lane loop).
 Imports lab3 for what the two formats share (prmt, frag_pos, lane_units, restore_np, f32_of_bf16,
 trained_like_np); no torch, no submission.py.
 """
@@ -37,6 +47,8 @@ import numpy as np
 
 from labkit import check
 import lab3_compress as lab3
+
+USAGE = __doc__[__doc__.index("    python"):__doc__.index("\n\nThe default run")]
 
 
 # %% Motivation ------------------------------------------------------------------------------------
@@ -68,8 +80,10 @@ OUT_DEFAULT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 TARGET_RATE = 0.0005          # issue #29: <= 0.05% exceptions on row-scaled weights
 TARGET_BITS = 12.05           # ... with windows and side table within 12.05 bits per weight
 WINDOW_BITS = {"top8": 56, "contiguous": 8}
-RT_SHAPE = (2304, 8192)                                  # full-size pack + decode of the study's own matrices
+RT_SHAPE = (2304, 8192)                                  # --full: full-size pack + decode of the study's own matrices
+RT_SHAPE_SMALL = (256, 2048)                             # default: the same round trip on a default study shape
 RT_GRANS = ("matrix", "block16", "block16_autosort", "row")
+PART2_SHAPE = (512, 1024)                                # part 2 with special values (default and --full alike)
 
 
 # %% The table-lookup decoder (lab3's until session 17; lab3 now decodes the per-row contiguous format) -------------
@@ -183,6 +197,7 @@ GENERATORS = {
 }
 SCORED_SHAPES = [(2304, 8192), (8192, 2048), (4096, 8192), (8192, 4096)]
 OTHER_SHAPES = [(14336, 4096), (1024, 4096)]
+SMALL_SHAPES = [(256, 2048), (1024, 4096)]    # the default run's study shapes (1024x4096 is also a --full shape)
 SPECIALS = [0x0000, 0x8000, 0x0001, 0x8001, 0x007F, 0x807F, 0x0080, 0x0040, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0,
             0x7F81, 0x7F7F, 0xFF7F]   # +-0, subnormals, min normal, +-Inf, quiet / signalling NaN, +-max finite
 
@@ -421,23 +436,39 @@ def analyze(W, gran, kind, cls=None, rowhist=None):
 
 
 # %% Emulation: pack and unpack (the table-lookup stream, a window per group) --------------------------------
+# Where lane's fragment f, element j sits in its (16-row block, 64-wide group): lab3.frag_pos for all 32 x 4 x 8 at
+# once, so that the stream is built and decoded for every lane together (one numpy call per PTX step instead of 32).
+LANES = np.arange(32)
+FRAG_ROW, FRAG_K = (np.array([[[lab3.frag_pos(lane, f, j)[i] for j in range(8)] for f in range(4)] for lane in LANES])
+                    for i in (0, 1))                                        # [32 lanes, 4 fragments, 8 elements]
+assert np.array_equal(np.sort((16 * FRAG_K + FRAG_ROW).ravel()), np.arange(1024))   # each (row, k) exactly once
+
+
 def build_stream(idx, sgn, lo):
     """The table-lookup format's stream (lab3.pack_z_np's loop until session 17: index in nibble j, sign at
     ZSIGN_BIT) from per-weight window index, sign and low byte (uint32 [N, K]):
-    uint8 [N/16, K/64, 1536]. The layout does not depend on the window, so every granularity shares it."""
+    uint8 [N/16, K/64, 1536]. The layout does not depend on the window, so every granularity shares it.
+    Per (block, group): 16-byte unit 32 (f >> 1) + lane, bytes 8 (f & 1) + j = the low byte of lane's fragment f,
+    element j (units A0, A1); unit 64 + lane, bytes 4f .. 4f + 3 = fragment f's code word (unit C), little-endian.
+    All lanes at once (FRAG_ROW / FRAG_K); the loop over lanes, fragments and elements it replaces is the same
+    assignment element by element."""
     N, K = idx.shape
     RB, KG = N // 16, K // 64
     idx4, sgn4, lo4 = (a.reshape(RB, 16, KG, 64) for a in (idx, sgn, lo))
     stream = np.zeros((RB, KG, 96, 16), np.uint8)
-    for lane in range(32):
-        for f in range(4):
-            word = np.zeros((RB, KG), U32)
-            for j in range(8):
-                row, k = lab3.frag_pos(lane, f, j)
-                stream[:, :, 32 * (f >> 1) + lane, 8 * (f & 1) + j] = lo4[:, row, :, k]
-                word |= (idx4[:, row, :, k] << U32(4 * j)) | (sgn4[:, row, :, k] << U32(ZSIGN_BIT[j]))
-            for byte in range(4):
-                stream[:, :, 64 + lane, 4 * f + byte] = (word >> U32(8 * byte)) & U32(0xFF)
+    # A0 / A1: unit u = 32 (f >> 1) + lane, byte b = 8 (f & 1) + j
+    u, b = np.arange(64)[:, None], np.arange(16)[None, :]
+    lane, f, j = u & 31, 2 * (u >> 5) + (b >> 3), b & 7
+    stream[:, :, :64, :] = lo4[:, FRAG_ROW[lane, f, j], :, FRAG_K[lane, f, j]].transpose(2, 3, 0, 1)   # [64,16,RB,KG]
+    # C: fragment f's code word (index in nibble j, sign at ZSIGN_BIT[j]) in bytes 4f .. 4f + 3 of unit 64 + lane
+    sh_i = (4 * np.arange(8)).astype(U32)[:, None, None]
+    sh_s = np.array(ZSIGN_BIT, U32)[:, None, None]
+    word = np.zeros((32, 4, RB, KG), U32)
+    for j in range(8):
+        r, k = FRAG_ROW[:, :, j], FRAG_K[:, :, j]                         # [32, 4]
+        word |= (idx4[:, r, :, k] << sh_i[j]) | (sgn4[:, r, :, k] << sh_s[j])
+    for byte in range(4):
+        stream[:, :, 64:, byte::4] = ((word >> U32(8 * byte)) & U32(0xFF)).transpose(2, 3, 0, 1)
     return stream.reshape(RB, KG, 1536)
 
 
@@ -496,28 +527,34 @@ def decz_rows(lo0, lo1, c, TLa, THa, TLb, THb):
             lab3.prmt(lo1, h1, 0x5140), lab3.prmt(lo1, h1, 0x7362))
 
 
+def _scatter_frags(frags, RB, KG):
+    """The 4 decoded fragments of every lane (frags[f][reg]: uint32 [RB, KG, 32 lanes]) to bf16 bits [RB, 16, KG, 64]:
+    element j of fragment f (half j & 1 of register j >> 1) is lane's (FRAG_ROW, FRAG_K). Every (row, k) of a block's
+    group is written exactly once (the 32 x 4 x 8 positions are a permutation of the 16 x 64)."""
+    F = np.stack([np.stack(fr) for fr in frags])                            # [4 f, 4 reg, RB, KG, 32]
+    H = np.stack([(F[:, j >> 1] >> U32(16 * (j & 1))) & U32(0xFFFF) for j in range(8)], axis=1)   # [4, 8, RB, KG, 32]
+    out = np.zeros((RB, 16, KG, 64), np.uint16)
+    out[:, FRAG_ROW, :, FRAG_K] = H.transpose(4, 0, 1, 2, 3)               # [32, 4, 8, RB, KG]
+    return out
+
+
 def unpack_np(z, N, K):
     """Decode z's stream to bf16 bits [N, K] (exceptions still at v). Groups of >= 16 rows (or the matrix): the
     table-lookup decz with each 16-row block's own TL / TH (broadcast over the block's 64-wide groups); rows:
-    decz_rows."""
-    RB = N // 16
+    decz_rows (lane (g, t) with the words of rows g and g + 8 of its block). Every lane decodes at once: a lane
+    axis in the arrays instead of a loop over lanes; each lane's arithmetic is unchanged."""
+    RB, KG = N // 16, K // 64
     grp = z["grp"]
     if z["win"].shape[0] == N and N > 1 and np.array_equal(grp, np.arange(N)):       # one window per row
         TLr, THr = z["TL"].reshape(RB, 16), z["TH"].reshape(RB, 16)
-        out = np.zeros((RB, 16, K // 64, 64), np.uint16)
-        for lane in range(32):
-            gl = lane >> 2
-            A0, A1, B = lab3.lane_units(z["stream"], lane)
-            ab = (TLr[:, gl, None], THr[:, gl, None], TLr[:, gl + 8, None], THr[:, gl + 8, None])
-            frags = [decz_rows(A0[..., 0], A0[..., 1], B[..., 0], *ab),
-                     decz_rows(A0[..., 2], A0[..., 3], B[..., 1], *ab),
-                     decz_rows(A1[..., 0], A1[..., 1], B[..., 2], *ab),
-                     decz_rows(A1[..., 2], A1[..., 3], B[..., 3], *ab)]
-            for f in range(4):
-                for j in range(8):
-                    row, k = lab3.frag_pos(lane, f, j)
-                    out[:, row, :, k] = (frags[f][j >> 1] >> U32(16 * (j & 1))) & U32(0xFFFF)
-        return out.reshape(N, K)
+        gl = LANES >> 2
+        ab = (TLr[:, None, gl], THr[:, None, gl], TLr[:, None, gl + 8], THr[:, None, gl + 8])   # [RB, 1, 32]
+        A0, A1, B = lab3.lane_units(z["stream"], LANES)                    # [RB, KG, 32, 4] each
+        frags = [decz_rows(A0[..., 0], A0[..., 1], B[..., 0], *ab),
+                 decz_rows(A0[..., 2], A0[..., 3], B[..., 1], *ab),
+                 decz_rows(A1[..., 0], A1[..., 1], B[..., 2], *ab),
+                 decz_rows(A1[..., 2], A1[..., 3], B[..., 3], *ab)]
+        return _scatter_frags(frags, RB, KG).reshape(N, K)
     gb = grp[::16]
     if not np.array_equal(np.repeat(gb, 16), grp):
         raise ValueError("groups must be whole 16-row blocks for decz")
@@ -526,17 +563,11 @@ def unpack_np(z, N, K):
 
 def unpack_blocks_np(stream, N, K, TLb, THb):
     """Decode the stream with the table-lookup decz, 16-row block rb with its own words TLb[rb], THb[rb] (broadcast
-    over the block's 64-wide groups), to bf16 bits [N, K] (exceptions still at v)."""
+    over the block's 64-wide groups and its 32 lanes), to bf16 bits [N, K] (exceptions still at v)."""
     RB, KG = N // 16, K // 64
-    TL, TH = np.asarray(TLb, U32)[:, None], np.asarray(THb, U32)[:, None]
-    out = np.zeros((RB, 16, KG, 64), np.uint16)
-    for lane in range(32):
-        frags = decz_group(*lab3.lane_units(stream, lane), TL, TH)
-        for f in range(4):
-            for j in range(8):
-                row, k = lab3.frag_pos(lane, f, j)
-                out[:, row, :, k] = (frags[f][j >> 1] >> U32(16 * (j & 1))) & U32(0xFFFF)
-    return out.reshape(N, K)
+    TL, TH = np.asarray(TLb, U32)[:, None, None], np.asarray(THb, U32)[:, None, None]
+    frags = decz_group(*lab3.lane_units(stream, LANES), TL, TH)           # every lane at once
+    return _scatter_frags(frags, RB, KG).reshape(N, K)
 
 
 def roundtrip_np(W, gran, kind):
@@ -789,27 +820,37 @@ def summarize(rows, meets):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small shapes, no JSON")
-    ap.add_argument("--out", default=OUT_DEFAULT)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=USAGE,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--full", action="store_true",
+                    help=f"also the full-size study: the round trip on the study's matrices at {RT_SHAPE[0]}x"
+                         f"{RT_SHAPE[1]} and part 3 on all {len(SCORED_SHAPES + OTHER_SHAPES)} shapes; writes the "
+                         f"JSON (about 7 minutes on 2 cores, 1.5 GB of memory)")
+    ap.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)   # the default; old command lines
+    ap.add_argument("--out", default=None, help=f"where --full writes its JSON (default {OUT_DEFAULT})")
     args = ap.parse_args(argv)
+    if args.out is not None and not args.full:
+        ap.error("--out is where the full study's JSON goes: add --full")
+    out = args.out or OUT_DEFAULT
     t0 = time.time()
     part1()
-    part2(*((128, 512) if args.quick else (512, 1024)))
+    part2(*PART2_SHAPE)
     part2b()
-    rt = {}
-    if not args.quick:     # the study's own matrices at a scored shape, full size
-        rt = part2(*RT_SHAPE, grans=RT_GRANS, specials=False)
+    rt_shape = RT_SHAPE if args.full else RT_SHAPE_SMALL      # the study's own matrices, at one of its shapes
+    rt = part2(*rt_shape, grans=RT_GRANS, specials=False)
     t2 = time.time()
-    shapes = [(256, 2048), (512, 1024)] if args.quick else SCORED_SHAPES + OTHER_SHAPES
+    shapes = SCORED_SHAPES + OTHER_SHAPES if args.full else SMALL_SHAPES
+    if not args.full:
+        print(f"\n(default run: the study below is on {', '.join(f'{n}x{k}' for n, k in shapes)} only; --full runs "
+              f"its {len(SCORED_SHAPES + OTHER_SHAPES)} shapes and writes the JSON)")
     rows, dt = part3(shapes)
     for r in rows:
         r["roundtrip"] = rt.get((r["weights"], r["granularity"], r["window_kind"])) \
-            if tuple(r["shape"]) == RT_SHAPE else None
-    print_table(rows, [shapes[0], shapes[-1]] if args.quick else [(4096, 8192), (8192, 2048)])
+            if tuple(r["shape"]) == rt_shape else None
+    print_table(rows, [(4096, 8192), (8192, 2048)] if args.full else [shapes[0], shapes[-1]])
     meets = conclude(rows)
     summary = summarize(rows, meets)
-    if not args.quick:
+    if args.full:
         doc = dict(source="labs/lab7_windows.py", date="2026-12-01", issue=29, target=dict(
             exception_rate=TARGET_RATE, bits_per_weight=TARGET_BITS),
             bits="12 + window bits (top8: 56 per group, contiguous: 8 per group) + side table (64 per exception "
@@ -834,9 +875,9 @@ def main(argv=None):
                       f"(part 2 runs every granularity on 512x1024 with special values)",
             meets_target=[list(m) for m in meets], study_seconds=round(dt, 1),
             rows=rows)
-        with open(args.out, "w") as f:
+        with open(out, "w") as f:
             json.dump(doc, f, indent=1)
-        print(f"  wrote {args.out} ({len(rows)} rows)")
+        print(f"  wrote {out} ({len(rows)} rows)")
     print(f"lab7: all checks passed (part 1-2 {t2 - t0:.1f} s, study {dt:.1f} s)")
     return 0
 

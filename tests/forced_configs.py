@@ -1,24 +1,23 @@
-"""Configs the GPU tests force with set_config, whatever the tables pick. Every one must be compiled in:
-they use the default rule's (nw, u|ug, r, pipe), which build.py compiles for every NB and DUAL;
-tests/test_cpu.py checks that each is in the C3 / Z3 lists."""
+"""Configs the GPU tests force with set_config, whatever the tables pick. Every one must be compiled in: they are
+the default rule's configs (muse/rules.py DEFAULT_GEMV / DEFAULT_GEMVZ), which build.py compiles for every NB and
+DUAL, with other S, pf and cl; tests/test_cpu.py checks that each is in the kernel table."""
 import submission as S
 
-_NW, _U, _R, _PIPE = S.DEFAULT_GEMV[0]
-_ZNW, _ZUG, _ZR, _ZPIPE = S.DEFAULT_GEMVZ[0]
+_C = S.DEFAULT_GEMV[0]
+_Z = S.DEFAULT_GEMVZ[0]
 
-# (layer, m, config) run with cl=0 (ticket), cl=1 (cluster barrier) and cl=2 (cluster mbarrier): S=16 is a
-# non-portable cluster size
+# (layer, m, config) run with cl=0 (ticket) and cl=2 (cluster mbarrier): S=16 is a non-portable cluster size
 CLUSTER_CASES = [
-    ("router", 1, S.GemvConfig(nw=_NW, s=8, u=_U, r=_R, pipe=_PIPE, pf=1)),
-    ("router", 1, S.GemvConfig(nw=_NW, s=16, u=_U, r=_R, pipe=_PIPE, pf=0)),
-    ("qkv_gate", 8, S.GemvzConfig(nw=_ZNW, s=4, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0)),
-    ("pooler", 2, S.GemvzConfig(nw=_ZNW, s=2, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0)),
+    ("router", 1, _C._replace(s=8, pf=1)),
+    ("router", 1, _C._replace(s=16, pf=0)),
+    ("qkv_gate", 8, _Z._replace(s=4)),
+    ("pooler", 2, _Z._replace(s=2)),
 ]
 
-# (layer, m, config) of gemvz_kernel with S that does not divide the K units (split_units, session 20): the warps'
-# shares differ by one unit, the CTAs' slices too; run with the ticket and the cluster (S = 11: a non-portable cluster)
+# (layer, m, config) of gemvz_kernel with S that does not divide the K units (split_units): the warps' shares differ
+# by one unit, the CTAs' slices too; run with the ticket and the cluster (S = 11: a non-portable cluster)
 UNEVEN_CASES = [
-    ("qkv_gate", 1, S.GemvzConfig(nw=_ZNW, s=11, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0)),
-    ("qkv_gate", 16, S.GemvzConfig(nw=_ZNW, s=5, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0)),
-    ("o_proj", 32, S.GemvzConfig(nw=_ZNW, s=3, ug=_ZUG, r=_ZR, pipe=_ZPIPE, pf=0)),
+    ("qkv_gate", 1, _Z._replace(s=11)),
+    ("qkv_gate", 16, _Z._replace(s=5)),
+    ("o_proj", 32, _Z._replace(s=3)),
 ]

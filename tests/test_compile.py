@@ -116,8 +116,11 @@ def test_test_builds_compile(tmp_path, define):
     # the defines of the tools' and tests' variant builds: MUSE_TRACE (tools/trace_chain.py: hooks in every kernel; its
     # timestamps cost registers, and some configs spill: a traced build is for where time goes, not for how much) and
     # MUSE_SKIP_CORRECTIONS (tools/ab.py's exception cost, test_gpu's check that the corrections matter: no spills, so
-    # its timings compare with the shipped build's)
-    r = _nvcc_csrc(tmp_path, (define,))
+    # its timings compare with the shipped build's). Their macros live in csrc/instruments.cuh, which a variant build
+    # puts in front of the shipped source (tools/cases.py variant_extension): compiled here as such a build is.
+    head = _tool("cases").instruments()
+    assert define in head and define not in submission.KERNEL_SRC
+    r = _ptxas(tmp_path, submission.variant_source((define,), head=head))
     assert r.returncode == 0, r.stderr[-3000:]
     if define == "MUSE_SKIP_CORRECTIONS":
         assert set(_spill_lines(r.stderr).values()) == {("0", "0")}
@@ -125,10 +128,10 @@ def test_test_builds_compile(tmp_path, define):
 
 @needs_nvcc
 def test_x_ahead_and_tma_kernels_compile_without_spills(tmp_path):
-    # PIPE 4/5 (x one trip ahead) and gemvt_kernel (TMA + wgmma) configs may be in no table yet: tune.py compiles them;
+    # loop 2 (x one trip ahead) and gemvt_kernel (TMA + wgmma) configs may be in no table yet: tune.py compiles them;
     # build them here too, from the source a variant build compiles
-    insts = [("gemv", (4, 1, 4, 1, False, 4)), ("gemv", (4, 1, 2, 1, True, 5)), ("gemvz", (4, 1, 4, 1, 4)),
-             ("gemvz", (4, 1, 2, 1, 5)), ("gemvt", (4, 4, 4, 1)), ("gemvt", (8, 8, 2, 2)), ("gemvt", (8, 12, 1, 1))]
+    insts = [("gemv", (4, 1, 4, 1, False, 2, 0)), ("gemv", (4, 1, 2, 1, True, 2, 2)), ("gemvz", (4, 1, 4, 1, 2, 0, 0)),
+             ("gemvz", (4, 1, 2, 1, 2, 2, 0)), ("gemvt", (4, 4, 4, 1)), ("gemvt", (8, 8, 2, 2)), ("gemvt", (8, 12, 1, 1))]
     r = _ptxas(tmp_path, submission.variant_source((), insts))
     assert r.returncode == 0, r.stderr[-3000:]
     spills = _spill_lines(r.stderr)
@@ -142,11 +145,11 @@ def test_exception_walk_of_two_row_blocks_is_branch_free(tmp_path):
     # that walk (rewrites with branches around their x loads lost, by up to 1.8 us)
     pytest.importorskip("triton")
     sass = _tool("sass")
-    code = sass.sass_of(submission.KERNEL_SRC, [("gemvz", (8, 1, 1, 2, 5)), ("gemvz", (8, 1, 1, 1, 5))])
+    code = sass.sass_of(submission.KERNEL_SRC, [("gemvz", (8, 1, 1, 2, 2, 2, 0)), ("gemvz", (8, 1, 1, 1, 2, 2, 0))])
     parts = {}
     for name, lines in code.items():
         for r in (1, 2):
-            if sass.kernel_matches(name, ("gemvz", (8, 1, 1, r, 5))):
+            if sass.kernel_matches(name, ("gemvz", (8, 1, 1, r, 2, 2, 0))):
                 parts[r] = sass.counts(sass.exception_part(lines))
     assert parts[2]["ldg"] >= 40 and parts[2]["ldg_predicated"] >= parts[2]["ldg"] - 4, parts[2]
     assert parts[2]["bra"] <= 8, parts[2]
@@ -159,12 +162,12 @@ def test_exception_walk_starts_after_the_first_trip_at_two_token_blocks():
     # streaming warps arrive on it once (after their first trip); at NB = 1 neither (the walk starts at the wait).
     pytest.importorskip("triton")
     sass = _tool("sass")
-    code = sass.sass_of(submission.KERNEL_SRC, [("gemvz", (4, 2, 2, 2, 2)), ("gemvz", (8, 1, 1, 2, 5))])
+    code = sass.sass_of(submission.KERNEL_SRC, [("gemvz", (4, 2, 2, 2, 1, 2, 0)), ("gemvz", (8, 1, 1, 2, 2, 2, 0))])
     seen = set()
     for name, lines in code.items():
         if "gemvz_kernel" not in name:
             continue
-        nb2 = "gemvz_kernelILi4ELi2ELi2ELi2ELi2E" in name
+        nb2 = sass.kernel_matches(name, ("gemvz", (4, 2, 2, 2, 1, 2, 0)))
         arv = [i for i, l in enumerate(lines) if re.search(r"BAR\.ARV 0x1\b", l)]
         syn = [i for i, l in enumerate(lines) if re.search(r"BAR\.SYNC\S* 0x1\b", l)]
         acq = sass.counts(lines)["acqbulk"]
@@ -184,7 +187,7 @@ def test_sass_tool_disassembles_and_finds_both_waits_of_gemvz():
     # griddepcontrol.wait (ACQBULK): the streaming warps' and the exception warp's; the walk's x loads are counted
     pytest.importorskip("triton")
     sass = _tool("sass")
-    code = sass.sass_of(submission.KERNEL_SRC, [("gemvz", (8, 1, 1, 2, 5))])
+    code = sass.sass_of(submission.KERNEL_SRC, [("gemvz", (8, 1, 1, 2, 2, 2, 0))])
     (name,) = [k for k in code if "gemvz_kernel" in k]
     c = sass.counts(code[name])
     assert c["instructions"] > 500 and c["ldg"] > 0
@@ -194,7 +197,7 @@ def test_sass_tool_disassembles_and_finds_both_waits_of_gemvz():
     # a source change shows in the counts: without the exception warp's esc prefetch there is no CCTL before its wait
     changed = submission.KERNEL_SRC.replace('asm volatile("prefetch.global.L1 [%0];" ::"l"(esc + beg[r]));', ";")
     assert changed != submission.KERNEL_SRC
-    code2 = sass.sass_of(changed, [("gemvz", (8, 1, 1, 2, 5))])
+    code2 = sass.sass_of(changed, [("gemvz", (8, 1, 1, 2, 2, 2, 0))])
     before = lambda lines: sum(1 for l in lines[:sass.counts(lines)["acqbulk"][1]] if "CCTL" in l)
     assert before(code[name]) >= 1
     assert before(code2[name]) == 0

@@ -20,14 +20,9 @@ ALL_M = judge.SCORED_M + judge.ODD_M
 
 
 def _compiled():
-    """(kind, template args) of every instantiation line in KERNEL_SRC's generated region, typed as instance_of."""
-    region = S.KERNEL_SRC[S.KERNEL_SRC.index(S.CONFIGS_BEGIN):S.KERNEL_SRC.index(S.CONFIGS_END)]
-    out = set()
-    for line, kind in (("C3", "gemv"), ("Z3", "gemvz"), ("T3", "gemvt")):
-        for args in re.findall(r"\n  " + line + r"\(([^)]*)\)", region):
-            out.add((kind, tuple(v.strip() == "true" if v.strip() in ("true", "false") else int(v)
-                                 for v in args.split(","))))
-    return out
+    """(family, template args) of every entry of KERNEL_SRC's generated kernel table, typed as instance_of."""
+    import same_code
+    return set(same_code.table_insts(S.KERNEL_SRC))
 
 
 # ---- build.py / tables -----------------------------------------------------------------------------
@@ -36,39 +31,34 @@ def test_build_check_passes_on_the_committed_file():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_build_check_catches_a_stale_table_literal(tmp_path):
-    stale = tmp_path / "submission.py"
-    text = open(os.path.join(ROOT, "submission.py")).read()
+def test_build_check_catches_a_stale_table_literal(build_tree):
+    text = build_tree.read("submission.py")
     row = re.search(r'\("router", 1\): GemvConfig\(nw=(\d+)', text)
-    text = text[:row.start(1)] + str(int(row.group(1)) * 2) + text[row.end(1):]
-    stale.write_text(text)
-    r = subprocess.run([sys.executable, "build.py", "--check", "--file", str(stale)], cwd=ROOT, capture_output=True,
-                       text=True)
+    build_tree.write("submission.py", text[:row.start(1)] + str(int(row.group(1)) * 2) + text[row.end(1):])
+    r = build_tree.run("build.py", "--check")
     assert r.returncode == 1
     assert "stale" in r.stderr and '("router", 1)' in r.stdout
 
 
-def test_build_check_catches_a_missing_instantiation(tmp_path):
-    stale = tmp_path / "submission.py"
-    text = open(os.path.join(ROOT, "submission.py")).read()
-    first = re.search(r"\n  C3\([^)]*\) \\", text)
-    stale.write_text(text[:first.start()] + text[first.end():])
-    r = subprocess.run([sys.executable, "build.py", "--check", "--file", str(stale)], cwd=ROOT, capture_output=True,
-                       text=True)
-    assert r.returncode == 1
+def test_build_check_catches_a_missing_instantiation(build_tree):
+    text = build_tree.read("submission.py")
+    first = re.search(r"\n  \{0, \d+, \{[\d, ]+\}, launch_gemv<[^\n]*\},", text)    # the kernel table's first gemv entry
+    build_tree.write("submission.py", text[:first.start()] + text[first.end():])
+    r = build_tree.run("build.py", "--check")
+    assert r.returncode == 1 and "launch_gemv<" in r.stdout
 
 
 def test_every_table_row_and_default_is_compiled_in():
     compiled, tabled = _compiled(), build.load_tables()[1]          # scored and user layers
     for (name, m), cfg in list(S.CTABLE.items()) + list(S.ZTABLE.items()):
         assert S.instance_of(cfg, m, tabled[name]["dtype"] == "fp32") in compiled, (name, m, cfg)
-    for nw, u, r, pipe in S.DEFAULT_GEMV:
+    for cfg in S.DEFAULT_GEMV:
         for m in (1, 9, 17):
             for d in (True, False):
-                assert S.instance_of(S.GemvConfig(nw, 1, u, r, pipe, 0), m, d) in compiled
-    for nw, ug, r, pipe in S.DEFAULT_GEMVZ:
+                assert S.instance_of(cfg, m, d) in compiled
+    for cfg in S.DEFAULT_GEMVZ:
         for m in (1, 9, 17):
-            assert S.instance_of(S.GemvzConfig(nw, 1, ug, r, pipe, 0), m) in compiled
+            assert S.instance_of(cfg, m) in compiled
 
 
 def test_the_shipped_source_compiles_only_what_a_table_row_the_planner_or_the_default_rule_reaches():
@@ -82,28 +72,27 @@ def test_the_shipped_source_compiles_only_what_a_table_row_the_planner_or_the_de
         reach |= {S.instance_of(f.config, m, False) for f in model.families for m in (1, 9)   # plain_gemvt
                   if isinstance(f.config, S.GemvtConfig)}
     for m in (1, 9, 17):
-        reach |= {S.instance_of(S.GemvConfig(nw, 1, u, r, p, 0), m, bool(d)) for nw, u, r, p in S.DEFAULT_GEMV for d in (0, 1)}
-        reach |= {S.instance_of(S.GemvzConfig(nw, 1, u, r, p, 0), m) for nw, u, r, p in S.DEFAULT_GEMVZ}
-    # and each compressed config's cooperative-walk twin (PIPE + 8), which prepare takes for a long worst row
-    reach |= {(k, (*a[:4], a[4] + 8)) for k, a in reach if k == "gemvz"}
+        reach |= {S.instance_of(c, m, bool(d)) for c in S.DEFAULT_GEMV for d in (0, 1)}
+        reach |= {S.instance_of(c, m) for c in S.DEFAULT_GEMVZ}
+    # and each compressed config's cooperative-walk twin (WALK = 1, gemvz's last template argument), which prepare
+    # takes for a long worst row
+    reach |= {(k, (*a[:-1], 1)) for k, a in reach if k == "gemvz"}
     assert _compiled() == reach
 
 
-def test_build_check_catches_kernel_source_edited_outside_csrc(tmp_path):
-    stale = tmp_path / "submission.py"
-    text = open(os.path.join(ROOT, "submission.py")).read()
-    stale.write_text(text.replace("__device__ __forceinline__ uint4 ld_stream", "__device__ inline uint4 ld_stream", 1))
-    r = subprocess.run([sys.executable, "build.py", "--check", "--file", str(stale)], cwd=ROOT, capture_output=True,
-                       text=True)
+def test_build_check_catches_kernel_source_edited_outside_csrc(build_tree):
+    text = build_tree.read("submission.py")
+    build_tree.write("submission.py", text.replace("__device__ __forceinline__ uint4 ld_stream",
+                                                   "__device__ inline uint4 ld_stream", 1))
+    r = build_tree.run("build.py", "--check")
     assert r.returncode == 1 and "ld_stream" in r.stdout
 
 
-def test_build_check_catches_a_stale_configs_header(tmp_path):
-    stale = tmp_path / "configs.cuh"
-    text = open(os.path.join(ROOT, "csrc", "configs.cuh")).read()
-    stale.write_text(re.sub(r"\n  T3\([^)]*\) \\", "", text, count=1))
-    r = subprocess.run([sys.executable, "build.py", "--check", "--configs", str(stale)], cwd=ROOT,
-                       capture_output=True, text=True)
+def test_build_check_catches_a_stale_configs_header(build_tree):
+    text = build_tree.read("csrc/configs.cuh")
+    build_tree.write("csrc/configs.cuh", re.sub(r"\n  \{2, \d+, \{[\d, ]+\}, launch_gemvt<[^\n]*\},", "", text, count=1))
+    assert build_tree.read("csrc/configs.cuh") != text
+    r = build_tree.run("build.py", "--check")
     assert r.returncode == 1 and "configs.cuh" in r.stderr
 
 
@@ -130,12 +119,7 @@ def test_every_scored_layer_and_odd_m_gets_a_fitting_compiled_config(name, m):
     dual = d["dtype"] == "fp32"
     comp = True if not dual else "fp32"
     p = S.plan_for(name, d["N"], d["K"], m, dual, comp)
-    assert p.path in ("plain", "compressed", "triton")
-    if p.path == "triton":
-        assert S.tri_misfit(p.config, d["N"], d["K"], m, dual) is None and p.config.mode == "ticket"
-        assert (name, S.reference_m(name, m, (S.TTABLE,))) in S.TPICK
-        # without Triton the same shape takes a compiled CUDA config
-        p = S.plan_for(name, d["N"], d["K"], m, dual, comp, tpick=frozenset())
+    assert p.path in ("plain", "compressed")
     assert S.config_misfit(p.config, d["N"], d["K"], m, dual) is None
     assert S.instance_of(p.config, m, dual) in _compiled()
 
@@ -150,7 +134,7 @@ def test_default_rule_divides_evenly_without_tables(name, m):
         assert cfg is not None
         fits = S.gemvz_misfit if compressed else S.gemv_misfit
         assert fits(cfg, d["N"], d["K"], m) is None
-        assert d["N"] // 16 * cfg.s <= 2 * S.TARGET_CTAS
+        assert d["N"] // 16 * cfg.s <= 2 * (2 * S.hardware().sms)     # twice the default rule's target
 
 
 @pytest.mark.parametrize("N,K", [(16, 64), (48, 192), (1040, 3072), (256, 4160), (528, 1536), (32, 128)])
@@ -169,7 +153,7 @@ def test_unsupported_shapes_fall_back_and_say_why():
 
 
 def test_odd_m_reuses_the_row_of_the_scored_m_above():
-    ct = {("L", 4): S.GemvConfig(4, 1, 1, 1, 1, 0), ("L", 8): S.GemvConfig(8, 1, 1, 1, 1, 0)}
+    ct = {("L", 4): S.GemvConfig(4, 1, 1, 1, 1, 0, 0), ("L", 8): S.GemvConfig(8, 1, 1, 1, 1, 0, 0)}
     p = S.plan_for("L", 256, 1024, 3, False, "n/a", ctable=ct, ztable={})
     assert p.config == ct[("L", 4)] and "('L', 4)" in p.why
     p = S.plan_for("L", 256, 1024, 5, False, "n/a", ctable=ct, ztable={})
@@ -177,8 +161,8 @@ def test_odd_m_reuses_the_row_of_the_scored_m_above():
 
 
 def test_ztable_row_takes_the_compressed_path_only_when_compressible():
-    zt = {("L", 1): S.GemvzConfig(4, 1, 1, 1, 1, 0)}
-    ct = {("L", 1): S.GemvConfig(4, 1, 1, 1, 1, 0)}
+    zt = {("L", 1): S.GemvzConfig(4, 1, 1, 1, 1, 0, 0, 0)}
+    ct = {("L", 1): S.GemvConfig(4, 1, 1, 1, 1, 0, 0)}
     assert S.plan_for("L", 256, 1024, 1, False, True, ctable=ct, ztable=zt).path == "compressed"
     p = S.plan_for("L", 256, 1024, 1, False, "too many exceptions", ctable=ct, ztable=zt)
     assert p.path == "plain" and "too many exceptions" in p.why
@@ -280,7 +264,7 @@ def test_describe_names_every_m_path():
 def test_describe_names_the_kernel_of_each_plan():
     L = _cpu_layer(256, 1024)
     t6 = S.GemvtConfig(nw=4, s=2, st=4, ka=2)
-    z3 = S.GemvzConfig(nw=4, s=2, ug=1, r=1, pipe=3, pf=0)
+    z3 = S.GemvzConfig(nw=4, s=2, ug=1, r=1, loop=0, mb=1, walk=0, pf=0)
     L.plans[1:9] = [S.PlanEntry("compressed", z3, "test")] * 8
     L.plans[17:33] = [S.PlanEntry("plain", t6, "test")] * 16
     L.z_note = "not tried"
@@ -337,56 +321,47 @@ def test_judge_score_and_json_schema(tmp_path):
 
 
 def test_row_groups_need_n_divisible_by_16r_and_smem_to_fit():
-    assert "16*R=64" in S.gemv_misfit(S.GemvConfig(4, 1, 1, 4, 1, 0), 48, 1024, 1)
-    assert S.gemv_misfit(S.GemvConfig(4, 1, 1, 4, 1, 0), 64, 1024, 1) is None
-    assert "shared memory" in S.gemv_misfit(S.GemvConfig(16, 1, 1, 4, 1, 0), 1024, 8192, 32)
-    assert "shared memory" in S.gemvz_misfit(S.GemvzConfig(16, 1, 1, 4, 1, 0), 1024, 8192, 32)
+    assert "16*R=64" in S.gemv_misfit(S.GemvConfig(4, 1, 1, 4, 1, 0, 0), 48, 1024, 1)
+    assert S.gemv_misfit(S.GemvConfig(4, 1, 1, 4, 1, 0, 0), 64, 1024, 1) is None
+    assert "shared memory" in S.gemv_misfit(S.GemvConfig(16, 1, 1, 4, 1, 0, 0), 1024, 8192, 32)
+    assert "shared memory" in S.gemvz_misfit(S.GemvzConfig(16, 1, 1, 4, 1, 0, 0, 0), 1024, 8192, 32)
 
 
 def test_prefetch_is_0_or_1():
-    c = S.GemvzConfig(8, 1, 2, 1, 2, 0)
+    c = S.GemvzConfig(8, 1, 2, 1, 1, 2, 0, 0)
     assert S.gemvz_misfit(c, 4096, 8192, 1) is None and S.gemvz_misfit(c._replace(pf=1), 4096, 8192, 1) is None
     assert "pf=2" in S.gemvz_misfit(c._replace(pf=2), 4096, 8192, 1)
-    assert "pf=-1" in S.gemv_misfit(S.GemvConfig(8, 1, 2, 1, 2, -1), 4096, 8192, 1)
+    assert "pf=-1" in S.gemv_misfit(S.GemvConfig(8, 1, 2, 1, 1, 2, -1), 4096, 8192, 1)
 
 
 def test_config_fits_asks_the_check_of_the_configs_path():
-    z, c = S.GemvzConfig(8, 1, 2, 1, 2, 2), S.GemvConfig(8, 1, 2, 1, 2, -1)
+    z, c = S.GemvzConfig(8, 1, 2, 1, 1, 2, 0, 2), S.GemvConfig(8, 1, 2, 1, 1, 2, -1)
     assert S.config_misfit(z, 4096, 8192, 1) == S.gemvz_misfit(z, 4096, 8192, 1) and "pf=2" in S.config_misfit(z, 4096, 8192, 1)
     assert S.config_misfit(c, 4096, 8192, 1) == S.gemv_misfit(c, 4096, 8192, 1)
-    t = S.TritonConfig(32, 256, 1, 4, 3, "ticket")
-    want = "triton is not installed" if S.triton is None else S.tri_misfit(t, 65536, 32768, 1, False)
-    assert S.config_misfit(t, 65536, 32768, 1) == want and want        # N*K >= 2**31 does not fit
+    t = S.GemvtConfig(4, 1, 4, 2)
+    assert S.config_misfit(t, 4080, 8192, 32) == S.gemvt_misfit(t, 4080, 8192, 32) and "16*NW" in S.config_misfit(
+        t, 4080, 8192, 32)
+    assert "is not a GemvConfig" in S.config_misfit((4, 1, 4, 2), 4096, 8192, 1)
     with pytest.raises(ValueError, match="does not fit layer"):
         S.Layer.set_config(type("L", (), {"N": 4096, "K": 8192, "dual": False, "name": "t"})(), 1, z)
 
 
 def test_cluster_split_needs_2_to_16_ctas_and_its_buffer_counts_as_shared_memory():
-    c = S.GemvConfig(8, 8, 4, 2, 3, 1, 1, 1)
-    assert S.gemv_misfit(c, 256, 8192, 1) is None
+    c = S.GemvConfig(8, 8, 4, 2, 0, 1, 1, 1, 2)
+    assert S.gemv_misfit(c, 256, 8192, 1) is None                                 # the cluster (mbarrier)
     assert "2 <= S <= 16" in S.gemv_misfit(c._replace(s=1), 256, 8192, 1)
-    assert "2 <= S <= 16" in S.gemvz_misfit(S.GemvzConfig(4, 32, 1, 1, 3, 0, 1, 1), 4096, 8192, 1)
-    assert S.gemv_misfit(c._replace(cl=2), 256, 8192, 1) is None                  # the mbarrier variant
-    assert "expected 0 (ticket), 1 (cluster barrier) or 2" in S.gemv_misfit(c._replace(cl=3), 256, 8192, 1)
+    assert "2 <= S <= 16" in S.gemvz_misfit(S.GemvzConfig(4, 32, 1, 1, 0, 1, 0, 0, 1, 2), 4096, 8192, 1)
+    assert S.gemv_misfit(c._replace(cl=0), 256, 8192, 1) is None                  # the ticket
+    for bad in (1, 3):                                                            # cl = 1 (cluster barrier) is gone
+        assert "expected 0 (global ticket) or 2" in S.gemv_misfit(c._replace(cl=bad), 256, 8192, 1)
     assert "cl=2 needs 2 <= S" in S.gemv_misfit(c._replace(cl=2, s=1), 256, 8192, 1)
-    assert S.smem_bytes(4, 4, 1, False, 16, 2) == S.smem_bytes(4, 4, 1, False, 16, 1)
+    assert S.smem_bytes(4, 4, 1, False, 16, 0) == S.smem_bytes(4, 4, 1, False)   # the ticket: no cluster buffer
     # the leader's cbuf is (S - 1) partial tiles: 15 x (R=1 x NB=4 x 32 x 16 B) = 30 KB on top of red
-    big = S.GemvConfig(4, 16, 1, 1, 3, 0, 1, 1)
-    assert S.smem_bytes(4, 4, 1, False, 16, 1) - S.smem_bytes(4, 4, 1, False) == 15 * 4 * 32 * 16
+    big = S.GemvConfig(4, 16, 1, 1, 0, 1, 0, 1, 2)
+    assert S.smem_bytes(4, 4, 1, False, 16, 2) - S.smem_bytes(4, 4, 1, False) == 15 * 4 * 32 * 16
     assert S.gemv_misfit(big, 256, 8192, 32) is None
     assert "shared memory" in S.gemv_misfit(big._replace(nw=8, r=2), 256, 8192, 32)
-    assert S.GemvConfig(4, 1, 1, 1, 1, 0).cl == 0 and S.GemvzConfig(4, 1, 1, 1, 1, 0).pdl == 1
-
-
-def test_tpick_lists_exactly_the_triton_rows_faster_than_the_cuda_winner():
-    _, _, ct, zt = build.load_tables()
-    tt = build.load_ttable()
-    best = {(r["layer"], r["m"]): r["us"] for r in ct["rows"]}
-    for r in build.z_winners(ct["rows"], zt["rows"]):
-        best[(r["layer"], r["m"])] = min(best[(r["layer"], r["m"])], r["us"])
-    want = {(r["layer"], r["m"]) for r in tt["rows"] if r["us"] < best[(r["layer"], r["m"])]}
-    assert set(S.TPICK) == want
-    assert all(r["config"]["mode"] == "ticket" for r in tt["rows"])     # SPEC: bit-identical repeats
+    assert S.GemvConfig(4, 1, 1, 1, 1, 0, 0).cl == 0 and S.GemvzConfig(4, 1, 1, 1, 1, 0, 0, 0).pdl == 1
 
 
 class _FakeExt:
@@ -406,15 +381,15 @@ def test_tune_screens_each_pf_and_the_cluster_reduction_where_it_fits():
         if c.s == 1:
             assert c.cl == 0
         elif c.cl == 0:   # the ticket only where the cluster's buffer does not fit
-            assert S.gemv_misfit(c._replace(cl=1), d["N"], d["K"], 1) is not None
+            assert S.gemv_misfit(c._replace(cl=2), d["N"], d["K"], 1) is not None
     assert any(c.s > 1 and c.cl == 0 for c in
                tune.candidates(_FakeExt(), d["N"], d["K"], 32, True, False, (0,))[0])
 
 
 def test_tune_times_each_finalist_at_every_final_pf_with_and_without_pdl(monkeypatch):
     import tune
-    cands = [S.GemvzConfig(8, 1, 2, 1, 2, 0, 1, 0), S.GemvzConfig(4, 1, 1, 1, 0, 0, 1, 0),
-             S.GemvzConfig(16, 1, 1, 1, 0, 0, 1, 0)]
+    cands = [S.GemvzConfig(8, 1, 2, 1, 1, 2, 0, 0, 1, 0), S.GemvzConfig(4, 1, 1, 1, 0, 0, 0, 0, 1, 0),
+             S.GemvzConfig(16, 1, 1, 1, 0, 0, 0, 0, 1, 0)]
     timed = []
 
     def fake_time(Ls, m, cfg, x, replays):     # pf = 1, fewer warps and no PDL are faster
@@ -423,7 +398,7 @@ def test_tune_times_each_finalist_at_every_final_pf_with_and_without_pdl(monkeyp
 
     monkeypatch.setattr(tune, "time_config", fake_time)
     ranked = tune.tune_shape([], 1, None, cands, 3, 25, 2, lambda s: None, (0, 1))
-    assert ranked[0][1] == S.GemvzConfig(4, 1, 1, 1, 0, 1, 0, 0)   # the finalist nw=4, found at pf=1 without PDL
+    assert ranked[0][1] == S.GemvzConfig(4, 1, 1, 1, 0, 0, 0, 1, 0, 0)   # the finalist nw=4, found at pf=1 without PDL
     finals = [c for c, rep in timed if rep == 25]
     # finalists nw=4 and nw=8 (screened at pf=0): pf 0 and 1, each with and without PDL, no repeats
     assert len(finals) == len(set(finals)) == 2 * 2 * 2
@@ -434,64 +409,26 @@ def test_every_config_the_gpu_tests_force_is_compiled_in():
     from tests import forced_configs
     for name, m, cfg in forced_configs.CLUSTER_CASES + forced_configs.UNEVEN_CASES:
         d = LAYERS[name]
-        for c in (cfg, cfg._replace(cl=1)):
+        for c in (cfg._replace(cl=0), cfg._replace(cl=2)):       # test_gpu runs each with the ticket and the cluster
             assert S.instance_of(c, m, d["dtype"] == "fp32") in _compiled(), (name, m, c)
             assert S.config_misfit(c, d["N"], d["K"], m, d["dtype"] == "fp32") is None, (name, m, c)
 
 
-def test_tune_finalists_of_the_triton_sweep_have_no_pf(monkeypatch):
-    import tune
-    cands = [S.TritonConfig(64, 128, s, 4, 3, "ticket") for s in (2, 4, 8)]
-    monkeypatch.setattr(tune, "time_config", lambda Ls, m, cfg, x, replays: 10.0 - cfg.s * 0.1 - 0.2 * (cfg.pdl == 0))
-    ranked = tune.tune_shape([], 1, None, cands, 3, 25, 2, lambda s: None)
-    assert ranked[0][1] == S.TritonConfig(64, 128, 8, 4, 3, "ticket", 0)
-    assert len(ranked) == 2 * 2 + 1
-
-
-def test_carveout_is_minus_1_or_a_percentage_and_defaults_to_the_drivers_choice():
-    c = S.GemvConfig(8, 1, 2, 1, 2, 0)
-    assert c.co == -1 and S.GemvzConfig(8, 1, 2, 1, 2, 0).co == -1
-    assert S.gemv_misfit(c._replace(co=0), 4096, 8192, 1) is None and S.gemv_misfit(c._replace(co=100), 4096, 8192, 1) is None
-    assert "co=101" in S.gemv_misfit(c._replace(co=101), 4096, 8192, 1)
-    assert "co=-2" in S.gemvz_misfit(S.GemvzConfig(8, 1, 2, 1, 2, 0, co=-2), 4096, 8192, 1)
-    assert "co='50'" in S.gemv_misfit(c._replace(co="50"), 4096, 8192, 1)
-
-
-def test_table_literal_writes_the_carveout_only_when_a_row_sets_one():
-    rows = [{"layer": "x", "m": 1, "config": {"nw": 4, "s": 1, "u": 1, "pipe": 2, "co": -1}, "us": 1.0},
-            {"layer": "x", "m": 2, "config": {"nw": 4, "s": 1, "u": 1, "pipe": 2}, "us": 1.0},
-            {"layer": "x", "m": 4, "config": {"nw": 4, "s": 1, "u": 1, "pipe": 2, "co": 50}, "us": 1.0}]
-    lines = build.table_literal("T", rows).splitlines()[1:-1]
-    assert "co=" not in lines[0] and "co=" not in lines[1] and "cl=0, co=50)" in lines[2]
-    ns = {"GemvConfig": S.GemvConfig}
-    t = eval(build.table_literal("T", rows)[4:], ns)
-    assert [c.co for c in t.values()] == [-1, -1, 50]
-
-
 def test_table_literal_writes_each_row_as_the_config_type_its_fields_name():
     rows = [{"layer": "x", "m": 1, "config": {"nw": 4, "s": 2, "st": 8, "ka": 2, "pdl": 1, "cl": 2}, "us": 1.0},
-            {"layer": "x", "m": 2, "config": {"nw": 4, "s": 1, "ug": 1, "r": 2, "pipe": 0}, "us": 1.0},
-            {"layer": "x", "m": 4, "config": {"nw": 4, "s": 1, "u": 1, "r": 1, "pipe": 2}, "us": 1.0}]
+            {"layer": "x", "m": 2, "config": {"nw": 4, "s": 1, "ug": 1, "r": 2, "loop": 0, "mb": 0, "walk": 0, "pf": 0},
+             "us": 1.0},
+            {"layer": "x", "m": 4, "config": {"nw": 4, "s": 1, "u": 1, "r": 1, "loop": 1, "mb": 2, "pf": 0}, "us": 1.0}]
+    checked = []
+    for r in rows:                        # the family a row's fields name (st: gemvt, ug: gemvz, else gemv)
+        cfg, why = S.config_from_fields(r["config"])
+        assert why is None, why
+        checked.append((r["layer"], r["m"], cfg, r))
     ns = {n: getattr(S, n) for n in ("GemvConfig", "GemvzConfig", "GemvtConfig")}
-    t = eval(build.table_literal("T", rows)[4:], ns)
+    t = eval(build.table_literal("T", checked)[4:], ns)
     assert [type(c).__name__ for c in t.values()] == ["GemvtConfig", "GemvzConfig", "GemvConfig"]
     assert t[("x", 1)] == S.GemvtConfig(nw=4, s=2, st=8, ka=2, pdl=1, cl=2)
-
-
-def test_tune_tries_each_final_carveout_on_each_finalist(monkeypatch):
-    import tune
-    cands = [S.GemvConfig(8, 1, 2, 1, 2, 0, 1, 0), S.GemvConfig(4, 1, 1, 1, 0, 0, 1, 0)]
-    timed = []
-
-    def fake_time(Ls, m, cfg, x, replays):     # carveout 100 is faster
-        timed.append((cfg, replays))
-        return 10.0 - (cfg.co == 100) * 0.2 + cfg.nw * 0.01
-
-    monkeypatch.setattr(tune, "time_config", fake_time)
-    ranked = tune.tune_shape([], 1, None, cands, 3, 25, 1, lambda s: None, (), (-1, 100))
-    assert ranked[0][1] == S.GemvConfig(4, 1, 1, 1, 0, 0, 1, 0, 100)
-    finals = [c for c, rep in timed if rep == 25]
-    assert sorted((c.co, c.pdl) for c in finals) == [(-1, 0), (-1, 1), (100, 0), (100, 1)]
+    assert t[("x", 4)] == S.GemvConfig(nw=4, s=1, u=1, r=1, loop=1, mb=2, pf=0)
 
 
 def test_tune_paths_compiles_only_the_asked_path():
@@ -519,7 +456,7 @@ def test_tune_drops_a_winner_whose_output_is_wrong(monkeypatch):
     x = torch.randn(2, 64).to(torch.bfloat16)
     good = judge.reference(x, layer.weight).to(torch.bfloat16)
     monkeypatch.setattr(tune.sub, "kernel_fn", lambda x, L: good * (2 if L.cfg.nw == 8 else 1))
-    ranked = [(1.0, S.GemvConfig(8, 1, 1, 1, 2, 0)), (1.1, S.GemvConfig(4, 1, 1, 1, 2, 0))]
+    ranked = [(1.0, S.GemvConfig(8, 1, 1, 1, 1, 2, 0)), (1.1, S.GemvConfig(4, 1, 1, 1, 1, 2, 0))]
     logged = []
     assert tune.verified([layer], 2, x, ranked, logged.append) == ranked[1:]
     assert "WRONG" in logged[0] and "nw=8" in logged[0]
@@ -529,13 +466,15 @@ def test_tune_drops_a_winner_whose_output_is_wrong(monkeypatch):
 
 def test_tune_finalists_leave_out_variants_the_path_does_not_take(monkeypatch):
     import tune
-    cands = [S.GemvConfig(4, 2, 8, 2, 6, 0, 1, 2), S.GemvConfig(8, 1, 2, 2, 3, 0, 1, 0)]
+    # loop = 3: a loop gemv_kernel does not have (the old PIPE 6, the ring, was such a value)
+    cands = [S.GemvConfig(4, 2, 8, 2, 3, 0, 0, 1, 2), S.GemvConfig(8, 1, 2, 2, 0, 1, 0, 1, 0)]
     timed = []
     monkeypatch.setattr(tune, "time_config", lambda Ls, m, cfg, x, replays: timed.append(cfg) or 10.0 + cfg.nw)
     fits = lambda c: S.config_misfit(c, 4096, 8192, 32)                 # noqa: E731
-    tune.tune_shape([], 32, None, cands, 3, 25, 2, lambda s: None, (0, 1), (), fits)
-    assert S.GemvConfig(8, 1, 2, 2, 3, 1, 1, 0) in timed                # pf = 1 tried where the path has it
-    assert all(not (c.pipe == 6 and c.pf) for c in timed)               # and never on PIPE 6
+    assert "loop=3" in fits(cands[0]) and fits(cands[1]) is None
+    tune.tune_shape([], 32, None, cands, 3, 25, 2, lambda s: None, (0, 1), fits)
+    assert S.GemvConfig(8, 1, 2, 2, 0, 1, 1, 1, 0) in timed             # pf = 1 tried where the path has it
+    assert all(not (c.loop == 3 and c.pf) for c in timed)               # and never on loop 3
 
 
 def test_judge_compares_compressed_and_plain_by_medians_of_alternating_timings(monkeypatch):
@@ -609,8 +548,7 @@ def test_no_tables_sends_every_scored_shape_to_the_planner():
     for name, d in LAYERS.items():
         dual = d["dtype"] == "fp32"
         for m in judge.SCORED_M:
-            p = S.plan_for(name, d["N"], d["K"], m, dual, "fp32" if dual else True, ctable={}, ztable={}, ttable={},
-                           tpick=frozenset())
+            p = S.plan_for(name, d["N"], d["K"], m, dual, "fp32" if dual else True, ctable={}, ztable={})
             assert judge.plan_source(p) == "planner", (name, m, p)
             p = S.plan_for(name, d["N"], d["K"], m, dual, "fp32" if dual else True)
             assert judge.plan_source(p) == "table", (name, m, p)
@@ -629,7 +567,7 @@ def test_weight_generators_are_seeded_and_row_scaled_rows_differ_in_scale():
 def test_public_and_notables_results_are_named_apart(tmp_path, monkeypatch):
     monkeypatch.setattr(judge, "ROOT", str(tmp_path))
     monkeypatch.setattr(judge, "plot", lambda res, png: None)
-    res = {"date": "2026-12-01T00:00:00", "commit": "abc1234", "backend": "tables", "shapes": "public", "rows": []}
+    res = {"date": "2026-12-01T00:00:00", "commit": "abc1234", "shapes": "public", "rows": []}
     path, _ = judge.write_result(res, None, "-notables")
     assert os.path.basename(path) == "shapes-2026-12-01-abc1234-notables.json"
     path, _ = judge.write_result(dict(res, shapes="scored"))
@@ -654,10 +592,10 @@ def test_the_shape_match_needs_the_same_dtype_and_prefers_the_layers_own_rows():
     router = LAYERS["router"]
     p = S.plan_for("x", router["N"], router["K"], 1, False, True)        # the router's shape, but bf16
     assert judge.plan_source(p) == "planner"
-    ct = {("x", 1): S.GemvConfig(4, 1, 1, 1, 2, 0), ("pooler", 1): S.GemvConfig(16, 1, 4, 2, 3, 0)}
-    p = S.plan_for("x", 4096, 8192, 1, False, "n/a", ctable=ct, ztable={}, ttable={}, tpick=frozenset())
+    ct = {("x", 1): S.GemvConfig(4, 1, 1, 1, 1, 2, 0), ("pooler", 1): S.GemvConfig(16, 1, 4, 2, 0, 1, 0)}
+    p = S.plan_for("x", 4096, 8192, 1, False, "n/a", ctable=ct, ztable={})
     assert p.config == ct[("x", 1)] and "by shape" not in p.why
-    p = S.plan_for("y", 4096, 8192, 1, False, "n/a", ctable=ct, ztable={}, ttable={}, tpick=frozenset())
+    p = S.plan_for("y", 4096, 8192, 1, False, "n/a", ctable=ct, ztable={})
     assert p.config == ct[("pooler", 1)] and "as 'pooler'" in p.why
 
 
@@ -702,7 +640,7 @@ def test_user_layers_are_registered_once_and_a_clash_says_which(tmp_path, monkey
     with pytest.raises(ValueError, match="already in tables/shapes.json as 6144 x 4096"):
         build.add_user_layers([("6144x4096", 4096, 4096)])
     # build.py puts the user layer's shape into TABLE_SHAPES
-    text = build.generate(open(os.path.join(ROOT, "submission.py")).read())[0]
+    text = build.generate()[build.SUBMISSION]
     assert '"6144x4096": (6144, 4096, "bf16"),' in text
 
 
@@ -735,14 +673,14 @@ def test_exception_rate_limits_decide_per_m_and_say_why():
         assert [S.exc_rate_limit(N, K, m) for m in (1, 8, 9, 32)] == [r_lo, r_lo, r_hi, r_hi]
         z = S.ZPack(torch.zeros(N // 16, K // 64, 1536, dtype=torch.uint8), torch.zeros(N, dtype=torch.uint8), None,
                     None, 9, int((r_lo + r_hi) / 2 * N * K), [], 0)
-        assert S._z_pays(z, 1) is True and S._z_pays(z, 8) is True
-        why = S._z_pays(z, 9)
+        assert S.z_pays(z, 1) is True and S.z_pays(z, 8) is True
+        why = S.z_pays(z, 9)
         assert isinstance(why, str) and f"({src})" in why and f"{100 * r_hi:.2f}%" in why
-        assert S.plan_for("x", N, K, 1, False, S._z_pays(z, 1)).path == "compressed"
-        p = S.plan_for("x", N, K, 16, False, S._z_pays(z, 16))
+        assert S.plan_for("x", N, K, 1, False, S.z_pays(z, 1)).path == "compressed"
+        p = S.plan_for("x", N, K, 16, False, S.z_pays(z, 16))
         assert p.path == "plain" and src in p.why
         z2 = z._replace(n_exc=int(r_lo * 1.01 * N * K) + 1)
-        assert all(isinstance(S._z_pays(z2, m), str) for m in (1, 8, 16, 32))
+        assert all(isinstance(S.z_pays(z2, m), str) for m in (1, 8, 16, 32))
 
 
 def test_column_scaled_weights_are_over_every_exception_limit():
@@ -765,32 +703,32 @@ def _zpack_rows(N, K, per_row):
 
 def test_a_row_with_many_exceptions_takes_the_cooperative_walk_and_a_long_chain_runs_plain():
     """CAPR_LIMITS (tools/capr_probe.py, FINDINGS 22, 25): a worst row within an m range's limit keeps the per-row
-    walk; over it, the cooperative walk (PIPE + 8) while the CTA's entries dealt to 32 lanes stay within the limit,
+    walk; over it, the cooperative walk (walk = 1) while the CTA's entries dealt to 32 lanes stay within the limit,
     and the describe() reason says so; where even that chain is over it, the m range runs plain and the reason names
     the limit. The trained-looking capr of the scored shapes (4-21) is far below both limits."""
     (m_lo, c_lo), (m_hi, c_hi) = S.CAPR_LIMITS
     assert m_lo == 8 and m_hi == S.MAX_M and 21 < c_hi < c_lo == S.MAX_CAPR
     N, K = 2048, 16384
-    cfg = S.GemvzConfig(nw=8, s=2, ug=1, r=2, pipe=4, pf=0, cl=2)
+    cfg = S.GemvzConfig(nw=8, s=2, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, cl=2)
     rows = [8] * N
     rows[1000] = (c_lo + c_hi) // 2                    # over the m = 9..32 limit only
     z = _zpack_rows(N, K, rows)
-    assert S._walk_for(z, cfg, 1) == (cfg, "") and S._walk_for(z, cfg, 8) == (cfg, "")
-    coop, why = S._walk_for(z, cfg, 16)
-    assert coop == cfg._replace(pipe=12) and "cooperative exception walk (PIPE 12)" in why and f"> {c_hi}" in why
+    assert S.walk_for(z, cfg, 1) == (cfg, "") and S.walk_for(z, cfg, 8) == (cfg, "")
+    coop, why = S.walk_for(z, cfg, 16)
+    assert coop == cfg._replace(walk=1) and "cooperative exception walk" in why and f"> {c_hi}" in why
     assert S.coop_chain(z, 2) == -(-(31 * 8 + rows[1000]) // 32) <= c_hi
     assert S.coop_chain(z, 1) == -(-(15 * 8 + rows[1000]) // 32)
-    assert S._walk_for(z, coop, 16) == (coop, "")      # already cooperative: kept
+    assert S.walk_for(z, coop, 16) == (coop, "")      # already cooperative: kept
     # every row of one 32-row group long: the cooperative chain is over the limits too
     rows = [8] * N
     rows[1024:1056] = [c_lo + 1] * 32
     z = _zpack_rows(N, K, rows)
     assert S.coop_chain(z, 2) == c_lo + 1 and S.coop_chain(z, 1) == -(-(16 * (c_lo + 1)) // 32)
     for m in (1, 8, 16, 32):
-        why = S._walk_for(z, cfg, m)
+        why = S.walk_for(z, cfg, m)
         assert isinstance(why, str) and "CAPR_LIMITS" in why and "cooperative walk" in why
         assert S.plan_for("x", N, K, m, False, why).path == "plain"
-    assert S._z_pays(z, 1) is True                     # the rate alone would pay: the walk is the reason
+    assert S.z_pays(z, 1) is True                     # the rate alone would pay: the walk is the reason
 
 
 def test_plain_bf16_at_m_up_to_16_takes_gemvt_where_the_gemv_rule_underfills_or_does_not_fit():
@@ -833,7 +771,7 @@ def test_planner_plans_a_compiled_config_that_fits_every_shape(N, K):
     none = {}
     for m in (1, 2, 5, 8, 9, 13, 16, 17, 24, 31, 32):
         for dual, comp in ((False, True), (False, "refused"), (True, "fp32 weights take the DUAL plain path")):
-            p = S.plan_for("nobody", N, K, m, dual, comp, ctable=none, ztable=none, ttable=none, tpick=frozenset())
+            p = S.plan_for("nobody", N, K, m, dual, comp, ctable=none, ztable=none)
             assert p.path in ("plain", "compressed"), (N, K, m, dual, p)
             assert S.config_misfit(p.config, N, K, m, dual) is None, (N, K, m, dual, p)
             assert S.instance_of(p.config, m, dual) in compiled, (N, K, m, dual, p)
@@ -929,8 +867,7 @@ def test_planner_alone_reproduces_the_tuned_family_of_the_scored_shapes(name):
     dual = d["dtype"] == "fp32"
     none = {}
     for m in judge.SCORED_M:
-        p = S.plan_for(name, d["N"], d["K"], m, dual, True if not dual else "fp32", ctable=none, ztable=none,
-                       ttable=none, tpick=frozenset())
+        p = S.plan_for(name, d["N"], d["K"], m, dual, True if not dual else "fp32", ctable=none, ztable=none)
         t = S.plan_for(name, d["N"], d["K"], m, dual, True if not dual else "fp32")
         assert type(p.config) is type(t.config), (name, m, p, t)
         assert p.path == t.path, (name, m, p, t)
@@ -945,11 +882,11 @@ def test_uneven_cases_of_the_gpu_tests_really_split_unevenly():
 
 
 def test_misfit_takes_any_s_that_leaves_every_gemvz_warp_a_unit_and_keeps_gemv_even():
-    z = S.GemvzConfig(nw=4, s=11, ug=1, r=2, pipe=0, pf=0)
+    z = S.GemvzConfig(nw=4, s=11, ug=1, r=2, loop=0, mb=0, walk=0, pf=0)
     assert S.config_misfit(z, 2304, 8192, 1) is None and not S.even_split(z, 8192)   # 128 groups over 44 warps
     assert "S*NW=132" in S.config_misfit(z._replace(s=33), 2304, 8192, 1)           # 132 warps > 128 groups
     assert "UG=2" in S.config_misfit(z._replace(ug=2), 2304, 64 * 129, 1)           # 129 groups: not whole units of 2
-    c = S.GemvConfig(nw=16, s=8, u=2, r=2, pipe=3, pf=0)
+    c = S.GemvConfig(nw=16, s=8, u=2, r=2, loop=0, mb=1, pf=0)
     assert S.config_misfit(c, 256, 8192, 1, True) is None and S.even_split(c, 8192)
     assert "S*NW*U" in S.config_misfit(c._replace(s=5), 256, 8192, 1, True)       # gemv_kernel splits evenly
 
@@ -968,7 +905,7 @@ def test_planner_prices_uneven_splits_only_where_a_family_has_no_even_one():
     fams = {}
     for _, f, c in S.plan_candidates(3584, 18944, 1, "compressed"):
         fams.setdefault(f.config, []).append(c)
-    z8 = fams[S.GemvzConfig(nw=8, s=1, ug=1, r=2, pipe=0, pf=0)]
+    z8 = fams[S.GemvzConfig(nw=8, s=1, ug=1, r=2, loop=0, mb=0, walk=0, pf=0)]
     assert any(not S.even_split(c, 18944) for c in z8) and max(c.s for c in z8) > 1
     # phi-2.fc2: K/64 = 160: every family has an even S > 1, so no uneven split is priced (S20c5: the model's uneven
     # picks there ran 1.4-1.6x the even ones)
@@ -1010,21 +947,24 @@ def test_tune_s_options_add_uneven_splits_for_gemvz_only_on_request():
 
 # ---- prepare(tune=True): the cache file (the timing itself needs the GPU: tests/test_gpu.py) ----------------------
 def test_tune_cache_round_trips_every_config_type_and_ignores_unreadable_entries(tmp_path):
-    cfgs = [S.GemvConfig(nw=8, s=2, u=2, r=2, pipe=0, pf=0), S.GemvzConfig(nw=8, s=3, ug=1, r=2, pipe=4, pf=0, cl=2),
+    cfgs = [S.GemvConfig(nw=8, s=2, u=2, r=2, loop=0, mb=0, pf=0),
+            S.GemvzConfig(nw=8, s=3, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, cl=2),
             S.GemvtConfig(nw=4, s=3, st=8, ka=2, cl=2)]
     for c in cfgs:
-        back = S._config_from_json({"config": S._config_to_json(c)})
+        back = S.config_from_json({"config": S.config_to_json(c)})
         assert back == c and type(back) is type(c)
-    for bad in (None, {}, {"config": {"type": "Nope"}}, {"config": {"type": "GemvzConfig", "nw": 8}}, {"config": 3}):
-        assert S._config_from_json(bad) is None, bad
+    for bad in (None, {}, {"config": {"type": "Nope"}}, {"config": {"type": "GemvzConfig", "nw": 8}}, {"config": 3},
+                {"config": {"family": "nope", "fields": {"nw": 8}}}, {"config": {"family": "gemvz", "fields": {"nw": 8}}},
+                {"config": {"family": "gemvz", "fields": dict(cfgs[1]._asdict(), pipe=4)}}):
+        assert S.config_from_json(bad) is None, bad
     path = str(tmp_path / "sub" / "tuned.json")
-    assert S._read_tune_cache(path) == {}                      # missing file
-    cache = {"k": {"config": S._config_to_json(cfgs[1]), "us": 7.5}}
-    S._write_tune_cache(path, cache)
-    assert S._read_tune_cache(path) == cache
+    assert S.read_tune_cache(path) == {}                       # missing file
+    cache = {"k": {"config": S.config_to_json(cfgs[1]), "us": 7.5}}
+    S.write_tune_cache(path, cache)
+    assert S.read_tune_cache(path) == cache
     with open(path, "w") as f:
         f.write("{not json")
-    assert S._read_tune_cache(path) == {}                      # a broken file reads as empty, and is rewritten later
+    assert S.read_tune_cache(path) == {}                       # a broken file reads as empty, and is rewritten later
     assert not [p for p in os.listdir(tmp_path / "sub") if p.endswith(".tmp")]
 
 

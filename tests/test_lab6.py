@@ -227,7 +227,7 @@ def test_gemvt_emulate_refuses_configs_that_do_not_fit(N, K, M, nw, ka, s):
 # ---- gemvt_kernel's config: GemvtConfig and gemvt_misfit -------------------------------------------------------
 def test_gemvt_fits_rules():
     c = submission.GemvtConfig(nw=4, s=2, st=4, ka=1, pdl=1, cl=2)
-    assert (c.co, c._fields) == (-1, ("nw", "s", "st", "ka", "pdl", "cl", "co"))
+    assert c._fields == ("nw", "s", "st", "ka", "pdl", "cl")
     assert submission.gemvt_misfit(c, 4096, 8192, 32) is None
     assert submission.config_misfit(c, 4096, 8192, 32) is None                       # config_misfit dispatches on the type
     assert "DUAL" in submission.gemvt_misfit(c, 256, 8192, 32, dual=True)
@@ -242,7 +242,7 @@ def test_gemvt_fits_rules():
         assert "NW 4, 8, 12 or 16" in submission.gemvt_misfit(c._replace(**bad), 4096, 8192, 32), bad
     assert "2 <= S" in submission.gemvt_misfit(c._replace(s=1), 4096, 8192, 32)      # a cluster of one CTA
     assert submission.gemvt_misfit(c._replace(s=1, cl=0), 4096, 8192, 32) is None
-    assert "co=" in submission.gemvt_misfit(c._replace(co=101), 4096, 8192, 32)
+    assert "expected 0 (global ticket) or 2" in submission.gemvt_misfit(c._replace(cl=1), 4096, 8192, 32)   # no cl=1
     assert "shared memory" in submission.gemvt_misfit(c._replace(nw=8, st=12, ka=2), 4096, 8192, 32)
 
 
@@ -259,12 +259,12 @@ def test_gemvt_fits_stages_up_to_the_opt_in_shared_memory(nw, ka, m):
     assert why is not None and "shared memory" in why and str(need(st + 1)) in why, why
 
 
-def test_gemv_fits_refuses_pipe6_and_instance_of_names_gemvt():
-    # the ring is no longer a GemvConfig with pipe = 6: gemv_misfit refuses it and points at GemvtConfig
-    old = submission.GemvConfig(nw=4, s=2, u=4, r=1, pipe=6, pf=0, pdl=1, cl=2)
-    assert "GemvtConfig" in submission.gemv_misfit(old, 4096, 8192, 32)
-    assert "GemvtConfig" in submission.config_misfit(old, 4096, 8192, 32)
+def test_gemv_misfit_refuses_loops_it_lacks_and_instance_of_names_gemvt():
+    # the ring is a GemvtConfig, not a loop of gemv_kernel (once PIPE 6): gemv_misfit refuses a loop outside 0..2
+    old = submission.GemvConfig(nw=4, s=2, u=4, r=1, loop=6, mb=0, pf=0, pdl=1, cl=2)
+    assert "loop=6" in submission.gemv_misfit(old, 4096, 8192, 32)
+    assert "loop=6" in submission.config_misfit(old, 4096, 8192, 32)
     c = submission.GemvtConfig(nw=8, s=2, st=6, ka=2, cl=2)
     for m, nb in ((1, 1), (8, 1), (9, 2), (16, 2), (17, 4), (32, 4)):
         assert submission.instance_of(c, m) == ("gemvt", (8, 6, nb, 2)), m
-    assert submission.instance_of(submission.GemvConfig(4, 2, 4, 1, 3, 0), 32)[0] == "gemv"
+    assert submission.instance_of(submission.GemvConfig(4, 2, 4, 1, 0, 1, 0), 32)[0] == "gemv"

@@ -4,8 +4,8 @@ is the one-window-per-matrix format shipped until session 17 (window, mode, exce
 a reference copy of that packer, _old_pack_z_np below); and the "row" granularity with contiguous windows, without
 the class-0 form, is the per-row format shipped now (lab3.pack_z_np: same windows, same exceptions) where the two
 should agree. (The tests of the per-block format tried in session 16, 34e5d9f, went with it:
-experiments/per-block-windows.diff; git show a50767a.) numpy only, small shapes: the study itself runs as
-`python labs/lab7_windows.py`."""
+experiments/per-block-windows.diff; git show a50767a.) numpy only, small shapes; the lab's default run (every check
+on small sizes) runs here as a subprocess; the full-size study runs as `python labs/lab7_windows.py --full`."""
 import functools
 import importlib.util
 import pathlib
@@ -314,8 +314,56 @@ def test_bits_per_weight_accounting():
             assert a["max_exc_row"] <= a["max_exc_block16"] <= 16 * a["max_exc_row"]
 
 
-def test_lab7_quick_runs():
-    p = subprocess.run([sys.executable, str(LABS / "lab7_windows.py"), "--quick"], cwd=REPO, capture_output=True,
+def test_all_lanes_at_once_is_lane_by_lane():
+    """build_stream and the decoders (unpack_np: decz per block, decz_rows per row) run every lane in one numpy call;
+    a lane-by-lane loop (the kernel's view: lab3.lane_units for one lane, lab3.frag_pos for each element) gives the
+    same stream and the same decoded bits, on random indices / signs / low bytes and on random stream bytes and
+    window words."""
+    rng = np.random.default_rng(12)
+    N, K = 48, 192
+    RB, KG = N // 16, K // 64
+    idx, sgn, lo = (rng.integers(0, n, (N, K)).astype(np.uint32) for n in (8, 2, 256))
+    ref = np.zeros((RB, KG, 96, 16), np.uint8)
+    for lane in range(32):
+        for f in range(4):
+            word = np.zeros((RB, KG), np.uint32)
+            for j in range(8):
+                row, k = lab3.frag_pos(lane, f, j)
+                r = np.arange(RB) * 16 + row
+                ref[:, :, 32 * (f >> 1) + lane, 8 * (f & 1) + j] = lo[r][:, k::64]
+                word |= (idx[r][:, k::64] << np.uint32(4 * j)) | (sgn[r][:, k::64] << np.uint32(lab7.ZSIGN_BIT[j]))
+            for byte in range(4):
+                ref[:, :, 64 + lane, 4 * f + byte] = (word >> np.uint32(8 * byte)) & np.uint32(0xFF)
+    assert np.array_equal(lab7.build_stream(idx, sgn, lo), ref.reshape(RB, KG, 1536))
+    stream = rng.integers(0, 256, (RB, KG, 1536)).astype(np.uint8)
+    for per_row in (False, True):
+        G = N if per_row else RB
+        TL, TH = (rng.integers(0, 2 ** 32, G, dtype=np.uint64).astype(np.uint32) for _ in range(2))
+        z = dict(stream=stream, TL=TL, TH=TH, grp=np.arange(N) if per_row else np.arange(N) // 16,
+                 win=np.zeros((G, 8), np.int64))
+        want = np.zeros((RB, 16, KG, 64), np.uint16)
+        for lane in range(32):
+            A0, A1, B = lab3.lane_units(stream, lane)
+            for rb in range(RB):
+                if per_row:
+                    w = (TL[16 * rb + (lane >> 2)], TH[16 * rb + (lane >> 2)], TL[16 * rb + (lane >> 2) + 8],
+                         TH[16 * rb + (lane >> 2) + 8])
+                    dec = lambda a, b, c: lab7.decz_rows(a, b, c, *w)
+                else:
+                    dec = lambda a, b, c: lab7.decz(a, b, c, TL[rb], TH[rb])
+                frags = [dec(A0[rb, :, 0], A0[rb, :, 1], B[rb, :, 0]), dec(A0[rb, :, 2], A0[rb, :, 3], B[rb, :, 1]),
+                         dec(A1[rb, :, 0], A1[rb, :, 1], B[rb, :, 2]), dec(A1[rb, :, 2], A1[rb, :, 3], B[rb, :, 3])]
+                for f in range(4):
+                    for j in range(8):
+                        row, k = lab3.frag_pos(lane, f, j)
+                        want[rb, row, :, k] = (frags[f][j >> 1] >> np.uint32(16 * (j & 1))) & np.uint32(0xFFFF)
+        assert np.array_equal(lab7.unpack_np(z, N, K), want.reshape(N, K)), per_row
+
+
+def test_lab7_default_runs():
+    """The default run (what `python labs/lab7_windows.py` does: every check on small sizes, no JSON; --full adds
+    the full-size study) passes and prints the checks' lines. --quick is an old name of the default."""
+    p = subprocess.run([sys.executable, str(LABS / "lab7_windows.py")], cwd=REPO, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     out = p.stdout
@@ -326,6 +374,13 @@ def test_lab7_quick_runs():
                  "verified: row_scaled_4 block16 top8: decode + corrections == W bit for bit",
                  "verified: row_scaled_4 row contiguous: decode + corrections == W bit for bit",
                  "verified: 0x2E63 against v class",
-                 "study rows: every exception's fl32(v + c) == W",
+                 "every generator with special values (512x1024)",
+                 "every generator (the study matrices) (256x2048)",
+                 "verified: trained_like block16_autosort top8: decode + corrections == W bit for bit",
+                 "verified: all 240 study rows: every exception's fl32(v + c) == W",
                  "lab7: all checks passed"):
         assert line in out, line
+    assert out.count("verified: ") == 537 and "wrote " not in out
+    p = subprocess.run([sys.executable, str(LABS / "lab7_windows.py"), "--out", "/nonexistent/x.json"], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "add --full" in p.stderr     # --out belongs to --full: no silent no-op

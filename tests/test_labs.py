@@ -308,6 +308,25 @@ def test_lab0_exits_1_naming_a_bad_row(tmp_path, monkeypatch, capsys):
     assert "MISMATCH: plain row ('router', m=1): K/32=256 not divisible by S*NW*U" in capsys.readouterr().out
 
 
+def test_lab0_exits_1_naming_an_old_pipe_row(tmp_path, monkeypatch, capsys):
+    # a row written before loop / mb replaced PIPE: lab 0 names it (and prints it) instead of failing on a missing key
+    for n in ("shapes.json", "ctable.json", "ztable.json"):
+        (tmp_path / n).write_text((REPO / "tables" / n).read_text())
+    zt = json.loads((tmp_path / "ztable.json").read_text())
+    row = next(r for r in zt["rows"] if r["layer"] == "o_proj" and r["m"] == 1)
+    for k in ("loop", "mb", "walk"):
+        row["config"].pop(k)
+    row["config"]["pipe"] = 4
+    (tmp_path / "ztable.json").write_text(json.dumps(zt))
+    monkeypatch.setattr(lab0, "TABLES", tmp_path)
+    with pytest.raises(SystemExit) as e:
+        lab0.main()
+    assert e.value.code == 1
+    out = capsys.readouterr().out
+    assert "MISMATCH: compressed row ('o_proj', m=1): config field 'loop' = None is not a non-negative int" in out
+    assert "loop=? mb=?" in out
+
+
 def test_check_row_accepts_every_table_row():
     layers, rows = _tables()
     assert rows
@@ -317,19 +336,33 @@ def test_check_row_accepts_every_table_row():
 
 def test_check_row_flags_s_that_does_not_divide_plain_and_leaves_compressed_warps_without_units():
     layers, _ = _tables()
-    probs = lab0.check_row("plain", layers["router"], 1, dict(nw=8, s=3, u=2, pipe=1))
+    probs = lab0.check_row("plain", layers["router"], 1, dict(nw=8, s=3, u=2, loop=1, mb=0))
     assert probs and "router" in probs[0] and "S*NW*U" in probs[0]
-    probs = lab0.check_row("compressed", layers["pooler"], 1, dict(nw=16, s=9, ug=1, pipe=1))
+    probs = lab0.check_row("compressed", layers["pooler"], 1, dict(nw=16, s=9, ug=1, loop=1, mb=0, walk=0))
     assert probs and "S*NW=9*16" in probs[0]
-    assert lab0.check_row("compressed", layers["pooler"], 1, dict(nw=16, s=3, ug=1, pipe=1)) == []   # split_units
+    assert lab0.check_row("compressed", layers["pooler"], 1, dict(nw=16, s=3, ug=1, loop=1, mb=0, walk=0)) == []
 
 
 def test_check_row_flags_row_groups_that_do_not_divide_n_and_smem_overflow():
     layers, _ = _tables()
-    probs = lab0.check_row("plain", layers["qkv_gate"], 1, dict(nw=4, s=1, u=1, r=32, pipe=1))
+    probs = lab0.check_row("plain", layers["qkv_gate"], 1, dict(nw=4, s=1, u=1, r=32, loop=1, mb=0))
     assert any("16*R=512" in p for p in probs)                       # 2304 = 144 x 16 is not a multiple of 512
-    probs = lab0.check_row("plain", layers["pooler"], 32, dict(nw=16, s=1, u=1, r=4, pipe=1))
+    probs = lab0.check_row("plain", layers["pooler"], 32, dict(nw=16, s=1, u=1, r=4, loop=1, mb=0))
     assert any("shared memory" in p for p in probs)
+
+
+def test_check_row_flags_loop_mb_walk_and_cl_outside_their_values():
+    layers, _ = _tables()
+    ok = dict(nw=8, s=2, u=2, r=2, loop=0, mb=0, pf=0, cl=2)
+    assert lab0.check_row("plain", layers["o_proj"], 1, ok) == []
+    for bad, what in ((dict(loop=3), "loop=3"), (dict(mb=3), "mb=3"), (dict(cl=1), "cl=1"), (dict(walk=0), "'walk'"),
+                      (dict(pipe=3), "'loop'")):
+        cfg = {k: v for k, v in dict(ok, **bad).items() if not (k == "loop" and "pipe" in bad)}   # an old PIPE row
+        probs = lab0.check_row("plain", layers["o_proj"], 1, cfg)
+        assert any(what in p for p in probs), (bad, probs)
+    z = dict(nw=8, s=1, ug=1, r=2, loop=2, mb=0, walk=1)
+    assert lab0.check_row("compressed", layers["o_proj"], 1, z) == []
+    assert any("walk=2" in p for p in lab0.check_row("compressed", layers["o_proj"], 1, dict(z, walk=2)))
 
 
 def test_check_row_agrees_with_submission_misfit():
@@ -339,23 +372,17 @@ def test_check_row_agrees_with_submission_misfit():
             for nw in (1, 2, 4, 8, 16):
                 for s in (1, 2, 3, 4, 8):
                     for u in (1, 2, 4):
-                        for r, cl in itertools.product((1, 2, 4, 3), (0, 1)):
-                            cfg = submission.GemvConfig(nw, s, u, r, 1, 0, 1, cl)
+                        for r, cl, walk in itertools.product((1, 2, 4, 3), (0, 2), (0, 1)):
+                            cfg = submission.GemvConfig(nw, s, u, r, 1, 0, 0, 1, cl)
                             plain = submission.gemv_misfit(cfg, l["N"], l["K"], m)
-                            got = lab0.check_row("plain", l, m, dict(nw=nw, s=s, u=u, r=r, pipe=1, cl=cl))
+                            got = lab0.check_row("plain", l, m, dict(nw=nw, s=s, u=u, r=r, loop=1, mb=0, cl=cl))
                             assert (plain is None) == (got == []), (name, m, cfg, plain, got)
                             if l["dtype"] == "bf16":
-                                zcfg = submission.GemvzConfig(nw, s, u, r, 1, 0, 1, cl)
+                                zcfg = submission.GemvzConfig(nw, s, u, r, 1, 0, walk, 0, 1, cl)
                                 comp = submission.gemvz_misfit(zcfg, l["N"], l["K"], m)
-                                got = lab0.check_row("compressed", l, m, dict(nw=nw, s=s, ug=u, r=r, pipe=1, cl=cl))
+                                got = lab0.check_row("compressed", l, m, dict(nw=nw, s=s, ug=u, r=r, loop=1, mb=0,
+                                                                              walk=walk, cl=cl))
                                 assert (comp is None) == (got == []), (name, m, zcfg, comp, got)
-
-
-def _lab0_config(cfg):
-    """A GemvtConfig's fields (a ctable row's config with st / ka) as lab0.check_row reads a gemvt_kernel row: the
-    encoding the ring kernel had before it got its own config type (pipe = 6, u = st stages, r = ka 64-k tiles)."""
-    c = dict(cfg)
-    return dict(nw=c["nw"], s=c["s"], u=c["st"], r=c["ka"], pipe=6, pf=0, pdl=c.get("pdl", 1), cl=c.get("cl", 0))
 
 
 def test_check_row_agrees_with_gemvt_misfit():
@@ -368,21 +395,21 @@ def test_check_row_agrees_with_gemvt_misfit():
             cfg = submission.GemvtConfig(nw=nw, s=s, st=st, ka=ka, cl=cl)
             why = submission.config_misfit(cfg, l["N"], l["K"], m, dual)
             assert why == submission.gemvt_misfit(cfg, l["N"], l["K"], m, dual)
-            got = lab0.check_row("plain", l, m, _lab0_config(cfg._asdict()))
+            got = lab0.check_row("plain", l, m, cfg._asdict())
             assert (why is None) == (got == []), (name, m, cfg, why, got)
             seen += why is None
     assert seen > 50, seen
 
 
 def test_gemvt_rows_are_ctable_rows_of_gemvt_config_fields_that_fit():
-    # ctable holds the plain winners: GemvConfig rows (pipe 0..5) and GemvtConfig rows (st / ka); ztable holds
+    # ctable holds the plain winners: GemvConfig rows (loop, mb; no pipe) and GemvtConfig rows (st / ka); ztable holds
     # gemvz_kernel's rows only (no ring kernel on the compressed path any more)
     layers, rows = _tables()
     gemvt = 0
     for kind, r in rows:
         l, m = layers[r["layer"]], r["m"]
         for c in [r["config"]] + [u["config"] for u in r.get("runner_up", [])]:
-            assert c.get("pipe", 0) in range(6), (kind, r["layer"], m, c)        # no pipe = 6 row anywhere
+            assert "pipe" not in c and "co" not in c, (kind, r["layer"], m, c)    # no old-style row anywhere
             if kind == "compressed":
                 assert "st" not in c and "ka" not in c and "ug" in c, (r["layer"], m, c)
                 continue
@@ -392,7 +419,7 @@ def test_gemvt_rows_are_ctable_rows_of_gemvt_config_fields_that_fit():
             assert set(c) == set(submission.GemvtConfig._fields), (r["layer"], m, c)
             cfg = submission.GemvtConfig(**c)
             assert submission.config_misfit(cfg, l["N"], l["K"], m, l["dtype"] == "fp32") is None, (r["layer"], m, cfg)
-            assert lab0.check_row(kind, l, m, _lab0_config(c)) == [], (r["layer"], m, cfg)
+            assert lab0.check_row(kind, l, m, c) == [], (r["layer"], m, cfg)
             assert submission.instance_of(cfg, m) == ("gemvt", (cfg.nw, cfg.st, lab0.nb_of(m), cfg.ka))
             gemvt += c is r["config"]
     assert gemvt >= 1                                   # at least one (layer, m) the ring kernel won
@@ -490,7 +517,7 @@ def test_gemvz_emulate_uneven_split_keeps_every_exception_once():
 
 
 def test_coop_walk_pieces_cover_every_entry_once_and_rows_split_between_lanes_stay_exact():
-    # gemvz PIPE 8..13 (coop_walk): the CTA's entries in 32 contiguous pieces; a row with many out-of-window weights
+    # gemvz walk = 1 (coop_walk): the CTA's entries in 32 contiguous pieces; a row with many out-of-window weights
     # (here 70 in row 5, more than two pieces) is summed by several lanes, then over the lanes in lane order
     for n in (0, 1, 31, 32, 33, 70, 1000):
         pieces = lab3.coop_pieces(n)

@@ -105,7 +105,7 @@ def test_gemvt_plans_pack_tiles_only(tma_ext):
     L = S.prepare("o_proj", w, path="plain", ext=tma_ext,
                   ctable={("o_proj", m): S.GemvtConfig(8, 2, 4, 1, 1, 2) for m in (1, 2, 4, 8, 16, 32)})
     assert all(isinstance(L.plan(m).config, S.GemvtConfig) for m in range(1, 33)), L.describe()
-    assert L.w is None, "gemvt plans packed the weight for nothing"
-    assert L.wt is not None and L.wn is None, "gemvt reads pack_tma's tiles (and no natural copy is kept for it)"
+    assert L.w is None and L.w2 is None, "gemvt plans packed the weight for nothing"
+    assert L.wt is not None, "gemvt reads pack_tma's tiles"
     x = judge.fresh_x(32, d["K"], 5, DEV)
     judge.check_close(S.kernel_fn(x, L).float(), judge.reference(x, w), False, "o_proj gemvt from prepare's tables")
