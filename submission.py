@@ -626,8 +626,10 @@ typedef __nv_bfloat16 bf16;
 
 // Instrument hooks: empty in the shipped build; csrc/instruments.cuh (variant builds of tools/ and tests/) defines
 // them to leave x's loads or the wait out for timing.
-#ifndef INSTRUMENTS
+#ifndef HOOK_LD_X
 #define HOOK_LD_X(p)
+#endif
+#ifndef HOOK_PDL_WAIT
 #define HOOK_PDL_WAIT
 #endif
 
@@ -831,7 +833,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[NB * 4], uint64_t da, uint64
 // Empty in the shipped build: it records and leaves out nothing. tools/ and tests/ compile variants with
 // csrc/instruments.cuh in front of this source, which defines them: a per-CTA timeline (MuseTrace, TR_*) and the
 // timing-only ablations of the split-K combine (HOOK_CLUSTER_START, HOOK_COMBINE).
-#ifndef INSTRUMENTS
+#ifndef MUSE_HAVE_TRACE
 struct MuseTrace {};  // the per-CTA record of a trace build: an empty argument the compiler drops
 #define TR_G(i)
 #define TR_C(i)
@@ -840,6 +842,8 @@ struct MuseTrace {};  // the per-CTA record of a trace build: an empty argument 
 #define TR_EXC_DECL
 #define TR_EXC_END
 #define TR_EXC_READ
+#endif
+#ifndef HOOK_COMBINE
 #define HOOK_CLUSTER_START
 #define HOOK_COMBINE(...) (__VA_ARGS__)
 #endif

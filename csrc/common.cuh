@@ -10,7 +10,7 @@
 // Empty in the shipped build: it records and leaves out nothing. tools/ and tests/ compile variants with
 // csrc/instruments.cuh in front of this source, which defines them: a per-CTA timeline (MuseTrace, TR_*) and the
 // timing-only ablations of the split-K combine (HOOK_CLUSTER_START, HOOK_COMBINE).
-#ifndef INSTRUMENTS
+#ifndef MUSE_HAVE_TRACE
 struct MuseTrace {};  // the per-CTA record of a trace build: an empty argument the compiler drops
 #define TR_G(i)
 #define TR_C(i)
@@ -19,6 +19,8 @@ struct MuseTrace {};  // the per-CTA record of a trace build: an empty argument 
 #define TR_EXC_DECL
 #define TR_EXC_END
 #define TR_EXC_READ
+#endif
+#ifndef HOOK_COMBINE
 #define HOOK_CLUSTER_START
 #define HOOK_COMBINE(...) (__VA_ARGS__)
 #endif

@@ -6,27 +6,21 @@
 //   MUSE_ABL_NOX           no x load, constant fragments: wrong on purpose (tools/ab.py's router ablations)
 //   MUSE_ABL_NOWAIT        no griddepcontrol.wait: no dependency on the previous launch
 //   MUSE_ABL_NOCOMB        no split-K combine, no cluster handshake: CTA 0 of a row group stores its part
-// It defines INSTRUMENTS and every hook the kernel source leaves empty without it (ptx.cuh, common.cuh, gemvz.cuh).
+// It defines INSTRUMENTS and the hooks its defines turn on; the kernel source (ptx.cuh, common.cuh, gemvz.cuh) leaves
+// every other hook empty.
 #pragma once
 #include <stdint.h>
 #define INSTRUMENTS 1
 
 #ifdef MUSE_ABL_NOX
 #define HOOK_LD_X(p) return make_uint4(0x3f803f80u, 0x3f803f80u, 0x3f803f80u, (uint32_t)(size_t)(p) & 0x3f803f80u);
-#else
-#define HOOK_LD_X(p)
 #endif
 #ifdef MUSE_ABL_NOWAIT
 #define HOOK_PDL_WAIT return;
-#else
-#define HOOK_PDL_WAIT
 #endif
 #ifdef MUSE_ABL_NOCOMB
 #define HOOK_CLUSTER_START return;
 #define HOOK_COMBINE(...) (sidx == 0)
-#else
-#define HOOK_CLUSTER_START
-#define HOOK_COMBINE(...) (__VA_ARGS__)
 #endif
 #ifdef MUSE_SKIP_CORRECTIONS
 constexpr bool kSkipCorrections = true;
@@ -43,6 +37,7 @@ constexpr bool kSkipCorrections = false;
 // plain stores at the CTA's end, no atomics. trace_chain.py grows every copy's workspace to hold the slots of all
 // its CTAs.
 #ifdef MUSE_TRACE
+#define MUSE_HAVE_TRACE 1
 struct MuseTrace { unsigned long long g[3], c[8], e = 0; };  // e: gemvz's exception warp at the CTA barrier
 __device__ __forceinline__ unsigned long long muse_gtimer() {
   unsigned long long t;
@@ -77,13 +72,4 @@ __device__ __forceinline__ void muse_trace_flush(const MuseTrace& tr, float4* ws
 #define TR_EXC_DECL __shared__ unsigned long long tr_exc_;
 #define TR_EXC_END if (lane == 0) tr_exc_ = clock64();
 #define TR_EXC_READ if (threadIdx.x == 0) tr_.e = tr_exc_;
-#else
-struct MuseTrace {};
-#define TR_G(i)
-#define TR_C(i)
-#define TR_ARRIVED(first, wv, xv)
-#define TR_FLUSH(stored)
-#define TR_EXC_DECL
-#define TR_EXC_END
-#define TR_EXC_READ
 #endif

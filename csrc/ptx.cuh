@@ -13,8 +13,10 @@ typedef __nv_bfloat16 bf16;
 
 // Instrument hooks: empty in the shipped build; csrc/instruments.cuh (variant builds of tools/ and tests/) defines
 // them to leave x's loads or the wait out for timing.
-#ifndef INSTRUMENTS
+#ifndef HOOK_LD_X
 #define HOOK_LD_X(p)
+#endif
+#ifndef HOOK_PDL_WAIT
 #define HOOK_PDL_WAIT
 #endif
 
