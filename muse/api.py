@@ -3,7 +3,7 @@ launch built, before any call (kernel_fn, muse/call.py, may then be captured in 
 import torch
 
 from .extension import shipped_extension
-from .families import MAX_M, GemvConfig, GemvtConfig
+from .families import MAX_M
 from .layer import Layer
 from .planner import plan_for
 from .tuning import tune_cache_path, tune_layer

@@ -13,21 +13,11 @@ import time
 import torch
 
 from ._generated import BIND_SRC, KERNEL_SRC
-from .families import H200, KERNEL_TABLE_BEGIN, KERNEL_TABLE_END, Hardware, kernel_table_source, set_hardware
+from .families import (H200, KERNEL_TABLE_BEGIN, KERNEL_TABLE_END, Hardware, kernel_table_source,
+                       replace_region, set_hardware)
 
 # sm_90a: the wgmma instructions of gemvt_kernel exist only on the arch-specific target (an H100 / H200 build).
 NVCC_FLAGS = ["-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a"]
-
-
-def replace_region(text, begin, end, body):
-    """text with the lines between the marker line `begin` and the next `end` replaced by body."""
-    i = text.find(begin)
-    if i < 0:
-        raise ValueError(f"marker not found: {begin}")
-    j = text.find(end, i + len(begin))
-    if j < 0:
-        raise ValueError(f"no '{end}' after {begin}")
-    return text[:i + len(begin)] + "\n" + body + "\n" + text[j:]
 
 
 def variant_source(defines=(), insts=None, head="", kernel_src=None):
