@@ -78,7 +78,7 @@ def main(argv):
             for i in range(2):
                 timed(f"after 2 s idle #{i + 1}", Ls, x, clocks, log)
             time.sleep(2.0)
-            g, _ = judge.capture(lambda: [S.kernel_fn(x, L) for L in Ls])
+            g, _ = judge.capture(lambda Ls=Ls: [S.kernel_fn(x, L) for L in Ls])
             t1 = time.time()
             while time.time() - t1 < 0.3:                  # 300 ms of the same work before the timing
                 g.replay()
