@@ -18,7 +18,7 @@ import torch  # noqa: E402
 import judge  # noqa: E402
 import submission as S  # noqa: E402
 
-SHAPES = {"o_proj": (8192, 2048), "qkv_gate": (2304, 8192), "pooler": (4096, 8192), "unpooler": (8192, 4096)}
+NAMES = ("o_proj", "qkv_gate", "pooler", "unpooler")   # shapes from judge.LAYERS (tables/shapes.json)
 KINDS = {"trained": judge.trained_like, "gaussian": judge.gaussian, "heavy": judge.heavy_tailed,
          "exc1": judge.outliers(0.01), "pruned30": judge.WEIGHTS["pruned30"]}
 
@@ -27,7 +27,8 @@ def main():
     print("| layer | weights | escapes | entries a row block: mean, p90, p99, max | as built | fixed = max "
           "| p90 + overflow | p99 + overflow |")
     print("|---|---|---|---|---|---|---|---|")
-    for layer, (N, K) in SHAPES.items():
+    for layer in NAMES:
+        N, K = judge.LAYERS[layer]["N"], judge.LAYERS[layer]["K"]
         for kind, gen in KINDS.items():
             if layer in ("qkv_gate", "unpooler") and kind != "trained":
                 continue

@@ -27,7 +27,7 @@ OLD = os.path.join(ROOT, "bench_base", "submission_116d358.py")
 # the gemvtz instantiations to add (NW, UG = stages, NB, R = tiles a stage, PIPE 6), as 116d358's GEMVZ_CONFIGS spells
 # them: session 11's unpooler m = 32 winner (tune-2026-12-01-s11call8-m32.log) and a one-tile-a-stage variant
 ADD = ("Z3(4, 4, 4, 2, 6)", "Z3(4, 8, 4, 1, 6)")
-LAYERS = {"pooler": (4096, 8192), "unpooler": (8192, 4096)}
+NAMES = ("pooler", "unpooler")   # shapes from judge.LAYERS (tables/shapes.json)
 
 
 def load_old():
@@ -58,7 +58,8 @@ def main():
     m = 32
     cfgs = {"gemvtz 4 stages x 2 tiles": S.GemvzConfig(nw=4, s=2, ug=4, r=2, pipe=6, pf=0, pdl=1, cl=2),
             "gemvtz 8 stages x 1 tile": S.GemvzConfig(nw=4, s=2, ug=8, r=1, pipe=6, pf=0, pdl=1, cl=2)}
-    for name, (N, K) in LAYERS.items():
+    for name in NAMES:
+        N, K = judge.LAYERS[name]["N"], judge.LAYERS[name]["K"]
         w = judge.trained_like(N, K, 7, dev)
         x = judge.fresh_x(m, K, 8, dev)
         ref = judge.reference(x, w)
