@@ -1,19 +1,23 @@
-"""Find the fastest config of every scored (layer, m) on the GPU and write the winners to tables/.
+"""Find the fastest config of every scored (layer, m) on the GPU and write the winners to this card's tables/<card>/.
 
     python tune.py                          # all 30 shapes (about 5 minutes on an H200, build included)
     python tune.py --layers router --m 1,2  # a subset; the other rows of the tables are kept
     python tune.py --no-write               # measure and print only
     python tune.py --paths compressed       # one path only (the other path's rows are kept)
+    python tune.py --families gemvtz --paths compressed --m 32   # one kernel family's candidates only
     python tune.py --pf 0,1 --pf-final 0   # L2 prefetch values for the screen / the finalists
     python3 tune.py --shapes 6144x4096,4096x14336      # your own shapes: registered, then tuned (bf16)
     python3 tune.py --config path/to/config.json       # a model config's linear layers (qkv, o, gate_up, down, lm_head)
     python3 build.py                        # then regenerate submission.py from the tables
 
+The rows go to the tables of the card the GPU is (tables/cards.json: its device name and SM count); on a device no card
+matches, the first write adds one (tables/<new card>/, a key made from the device name). Rows of another card are never
+touched: build.py takes a compressed row over the plain one by times of the same card only. Nothing under tables/ is
+written before the first layer's timings exist (a run that fails before leaves the tree as it was).
 How: one extension holds every candidate instantiation (plain NW in {4, 8, 16} x U in {1, 2, 4} x R in {1, 2, 4}
-x the six (loop, mb) pairs LOOP_MBS; compressed NW x UG in {1, 2, 4} x R x LOOP_MBS; gemvt NW in {4, 8} x ST x KA; for
-the NB and DUAL the selected shapes need), compiled from submission.KERNEL_SRC split over several .cu files so ninja
-builds them on all
-cores. Candidates that spill (local memory > 0, as the compiler reports) are dropped. Each candidate, with
+x the six (loop, mb) pairs LOOP_MBS; compressed NW x UG in {1, 2, 4} x R x LOOP_MBS; gemvt NW in {4, 8} x ST x KA;
+gemvtz (m >= 9) NW in {4, 8} x GZ_STS x KA; for the NB and DUAL the selected shapes need), compiled from
+submission.KERNEL_SRC split over several .cu files so ninja builds them on all cores. Candidates that spill (local memory > 0, as the compiler reports) are dropped. Each candidate, with
 every S that divides K and each screen pf (--pf), is screened with a light replay count of SPEC's timing (P
 copies >= 2 GB, one graph of P back-to-back calls); the finalists are timed again with the full replay count,
 each also at every --pf-final value and with PDL off, and the winner of each path goes to tables/ctable.json
@@ -47,6 +51,10 @@ LOOP_MBS = ((0, 0), (0, 1), (1, 0), (1, 2), (2, 0), (2, 2))   # (loop, mb) pairs
 TMA_NWS = (4, 8)
 TMA_STS = (4, 8, 12)
 TMA_KAS = (1, 2)
+# gemvtz_kernel (GemvtzConfig: the 12-bit stream in a TMA ring): compressed path, m >= 9 (NB >= 2); its stage holds
+# x too and the permuted x buffers take 3 stages' x, so the deepest ring that fits is shallower than gemvt's
+GZ_STS = (4, 6, 8)
+GZ_MIN_NB = 2
 # L2 prefetch of the warp's slice (pf = 1): not in the screen, tried on the finalists (it won only router shapes,
 # whose slice is one batch). --pf / --pf-final override.
 PFS = (0,)
@@ -88,6 +96,11 @@ def instances(nbs, duals, paths=("plain", "compressed"), nws=NWS, tma=True):
         for nw, nb, st, ka in itertools.product(TMA_NWS, nbs, TMA_STS, TMA_KAS):
             if sub.gemvt_smem(nw, st, nb, ka) <= sub.hardware().smem_cta:
                 out.append(("gemvt", (nw, st, nb, ka)))
+    # gemvtz_kernel (the 12-bit ring, GemvtzConfig): compressed path, m >= 9
+    if tma and "compressed" in paths and False in duals:
+        for nw, nb, st, ka in itertools.product(TMA_NWS, nbs, GZ_STS, TMA_KAS):
+            if nb >= GZ_MIN_NB and sub.cta_smem(sub.GemvtzConfig(nw, 1, st, ka), 8 * nb) <= sub.hardware().smem_cta:
+                out.append(("gemvtz", (nw, st, nb, ka)))
     return out
 
 
@@ -159,14 +172,16 @@ def s_options(kblocks, per_cta, row_groups, uneven=False):
 def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
     """Every compiled config that fits the shape and does not spill, with every S and pf in pfs; for S > 1 the
     cluster reduction (cl = 2), or the ticket (cl = 0) where the cluster's shared memory does not fit. Plus (bf16
-    weights, plain path) the compiled gemvt_kernel configs at the S listed below."""
+    weights) the compiled ring configs at the S listed below: gemvt_kernel on the plain path, gemvtz_kernel on the
+    compressed one."""
     nb = sub.nb_of(m)
     out, spilled = [], 0
-    if tma and not dual and not compressed:
+    if tma and not dual:
+        ring, cls, sts = ("gemvtz", sub.GemvtzConfig, GZ_STS) if compressed else ("gemvt", sub.GemvtConfig, TMA_STS)
         for nw in TMA_NWS:
-            for st in TMA_STS:
+            for st in sts:
                 for ka in TMA_KAS:
-                    a = ext.attrs(FAMILY["gemvt"], [nw, st, nb, ka])
+                    a = ext.attrs(FAMILY[ring], [nw, st, nb, ka])
                     if not a:
                         continue
                     if a[1] > 0:
@@ -180,7 +195,7 @@ def candidates(ext, N, K, m, dual, compressed, pfs=PFS, nws=NWS, tma=True):
                                 {s for s in range(2, 33) for w in (sms, 2 * sms) if 0.75 * w <= tiles * s <= w})
                     for s in ss:                  # config_misfit refuses an S past K / (64 ka)
                         for cl in ((2, 0) if s > 1 else (0,)):
-                            c = sub.GemvtConfig(nw, s, st, ka, 1, cl)
+                            c = cls(nw, s, st, ka, 1, cl)
                             if not sub.config_misfit(c, N, K, m, dual):
                                 out.append(c)
                                 break
@@ -297,20 +312,37 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=540, help="stop (tables saved) before this many seconds")
     ap.add_argument("--no-tma", action="store_true", help="leave gemvt_kernel (TMA ring + wgmma) out")
     ap.add_argument("--paths", default="plain,compressed", help="CUDA paths to tune: plain, compressed or both")
+    ap.add_argument("--families", default=None, help="comma list of kernel families whose candidates are timed "
+                    f"({', '.join(f.name for f in sub.FAMILIES)}; default: all)")
     ap.add_argument("--pf", default=",".join(map(str, PFS)), help="L2 prefetch values to screen (0, 1)")
     ap.add_argument("--pf-final", default=",".join(map(str, FINAL_PFS)), help="L2 prefetch values for the finalists")
     args = ap.parse_args(argv)
-    user = user_layers(args, ap.error)
-    if user and args.no_write:
-        print(f"[tune] layers of your own (--no-write: not registered in tables/shapes.json): {', '.join(user)}",
-              flush=True)
-    elif user:
-        print(f"[tune] layers of your own in tables/shapes.json: {', '.join(user)}; `python3 build.py` after the tuning "
-              f"compiles their rows into submission.py", flush=True)
+    fams = None if args.families is None else {f for f in args.families.split(",") if f}
+    known = {f.name for f in sub.FAMILIES}
+    if fams is not None and (not fams or not fams <= known):
+        ap.error(f"--families {args.families!r}: expected names in {', '.join(sorted(known))}")
+    new_layers = user_layers(args, ap.error)     # checked here, registered in tables/shapes.json with the first rows
+    user = [n for n, _, _ in new_layers]
     if not torch.cuda.is_available():
-        print("[tune] needs a CUDA device (an H200) to time anything")
+        print("[tune] needs a CUDA device (an H100 or H200) to time anything; nothing written")
         return 1
-    layer_info = build.load_tables()[1]
+    if user:
+        print(f"[tune] layers of your own: {', '.join(user)}" + (" (--no-write: not registered in tables/shapes.json)"
+              if args.no_write else "; registered in tables/shapes.json with their rows; `python3 build.py` after the "
+              "tuning compiles them into submission.py"), flush=True)
+    cards = build.load_cards()
+    dev = torch.cuda.get_device_name()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    card = build.card_of_device(cards, dev, sms)
+    if card is None:
+        card = build.new_card_key(cards, dev)
+        cards = dict(cards, **{card: {"name": dev, "sms": sms}})
+        print(f"[tune] {dev} ({sms} SMs) has no tables yet: its rows go to tables/{card}/, a new card in "
+              f"tables/cards.json", flush=True)
+    else:
+        print(f"[tune] {dev}: rows go to tables/{card}/ (this card's; other cards' tables are left alone)", flush=True)
+    layer_info = dict(build.load_tables(card)[1], **{n: {"layer": n, "N": N, "K": K, "dtype": "bf16"}
+                                                     for n, N, K in new_layers})
     layers = [l for l in args.layers.split(",") if l] if args.layers else (user or list(judge.LAYERS))
     for l in layers:
         if l not in layer_info:
@@ -329,12 +361,11 @@ def main(argv=None):
     t_start = time.time()
     duals = sorted({layer_info[l]["dtype"] == "fp32" for l in layers})
     nbs = sorted({sub.nb_of(m) for m in ms})
-    ext = build_tune_ext(instances(nbs, duals, paths, nws, not args.no_tma))
+    ext = build_tune_ext([i for i in instances(nbs, duals, paths, nws, not args.no_tma) if fams is None or i[0] in fams])
     if args.build_only:
         return 0
-    dev = torch.cuda.get_device_name()
     date = datetime.date.today().isoformat()
-    shapes, _, ct, zt = build.load_tables()
+    shapes, _, ct, zt = build.load_tables(card)
     crow = {(r["layer"], r["m"]): r for r in ct["rows"]}
     zrow = {(r["layer"], r["m"]): r for r in zt["rows"]}
     log = lambda s: print(s, flush=True)
@@ -359,6 +390,7 @@ def main(argv=None):
             line = ""
             if "plain" in paths or dual:
                 cp, sp = candidates(ext, N, K, m, dual, False, pfs, nws, not args.no_tma)
+                cp = [c for c in cp if fams is None or sub.family_of(c).name in fams]
                 rp = verified(Ls, m, x, tune_shape(Ls, m, x, cp, args.screen, args.full, args.keep, log, fpfs, misfit),
                               log)
                 crow[(name, m)] = row_of(name, m, rp, dev, date)
@@ -366,6 +398,7 @@ def main(argv=None):
                         f"{best_by(rp, 'pf')}; {best_by(rp, 'loop')}; {best_by(rp, 'mb')})")
             if not dual and "compressed" in paths:
                 cz, sz = candidates(ext, N, K, m, dual, True, pfs, nws, not args.no_tma)
+                cz = [c for c in cz if fams is None or sub.family_of(c).name in fams]
                 rz = verified(Ls, m, x, tune_shape(Ls, m, x, cz, args.screen, args.full, args.keep, log, fpfs, misfit),
                               log)
                 zrow[(name, m)] = row_of(name, m, rz, dev, date)
@@ -377,16 +410,23 @@ def main(argv=None):
         del Ls
         torch.cuda.empty_cache()
         if not args.no_write:
-            _save(ct, zt, crow, zrow, shapes)      # after every layer: an interrupted run keeps what it finished
+            if new_layers:                          # the user's layers, with their first rows
+                build.add_user_layers(new_layers)
+                shapes = build.load_tables(card)[0]
+                new_layers = []
+            if card not in build.load_cards():
+                build.write_cards(cards)
+            _save(card, ct, zt, crow, zrow, shapes)   # after every layer: an interrupted run keeps what it finished
         if out_of_time:
             break
     print(f"[tune] done in {time.time() - t_start:.0f} s" + ("" if args.no_write else
-          "; tables/ updated: run `python3 build.py` to regenerate submission.py"))
+          f"; tables/{card}/ updated: run `python3 build.py` to regenerate submission.py"))
     return 0
 
 
 def user_layers(args, error):
-    """Register --shapes / --config layers in tables/shapes.json (build.add_user_layers); returns their names."""
+    """The --shapes / --config layers [(name, N, K)], checked against tables/shapes.json (build.add_user_layers with
+    write=False); main registers them with the first rows it writes."""
     new = []
     for spec in (args.shapes or "").split(","):
         if not spec:
@@ -412,9 +452,10 @@ def user_layers(args, error):
         print(f"[tune] left out, the kernels need N % 16 == 0 and K % 64 == 0 (torch runs them): {', '.join(bad)}")
     new = [(n, N, K) for n, N, K in new if not (N % 16 or K % 64)]
     try:
-        return build.add_user_layers(new, write=not args.no_write) if new else []
+        build.add_user_layers(new, write=False)
     except ValueError as e:
         error(str(e))
+    return new
 
 
 def _in_shape_order(rows, shapes):
@@ -424,13 +465,13 @@ def _in_shape_order(rows, shapes):
     return sorted(rows.values(), key=lambda r: order.get((r["layer"], r["m"]), 10 ** 6))
 
 
-def _save(ct, zt, crow, zrow, shapes):
+def _save(card, ct, zt, crow, zrow, shapes):
     ct["rows"] = _in_shape_order(crow, shapes)
     zt["rows"] = _in_shape_order(zrow, shapes)
-    ct["note"] = "winners measured by tune.py (SPEC timing); runner_up = the next finalists"
-    zt["note"] = ct["note"] + "; build.py puts a row in ZTABLE only where it beats the plain row by more than its Z_MARGIN"
-    build.write_table("ctable.json", ct)
-    build.write_table("ztable.json", zt)
+    ct["note"] = "winners measured by tune.py (SPEC timing) on this card; runner_up = the next finalists"
+    zt["note"] = ct["note"] + "; build.py puts a row in ZTABLES only where it beats the plain row by more than its Z_MARGIN"
+    build.write_table(f"{card}/ctable.json", ct)
+    build.write_table(f"{card}/ztable.json", zt)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,8 @@ MBS = (0, 1, 2)                # occupancy bound: at least mb CTAs an SM by regi
 
 # %% Layout: the rules a config must satisfy -----------------------------------------------------------
 def is_ring(config):
-    """A gemvt_kernel row (GemvtConfig: {nw, s, st, ka, pdl, cl}): the TMA ring, recognised by its st / ka fields."""
+    """A TMA-ring row (GemvtConfig / GemvtzConfig: {nw, s, st, ka, pdl, cl}), recognised by its st / ka fields:
+    gemvt_kernel in a plain table, gemvtz_kernel (the 12-bit stream in the ring) in a compressed one."""
     return "st" in config or "ka" in config
 
 
@@ -60,9 +61,7 @@ def check_row(kind, layer, m, config):
         probs.append(f"{where}: m={m} outside 1..32")
     nb = nb_of(m)
     if is_ring(config):
-        if kind == "compressed":
-            return probs + [f"{where}: the compressed TMA ring (gemvtz_kernel) was removed (FINDINGS.md)"]
-        return probs + check_tma_row(where, layer, nb, config)
+        return probs + check_tma_row(where, layer, nb, config, kind == "compressed")
     ukey = "u" if kind == "plain" else "ug"
     if kind == "plain" and "walk" in config:
         probs.append(f"{where}: 'walk' is a compressed row's field (the exception warp's walk)")
@@ -123,9 +122,20 @@ def tma_smem(nw, st, nb, ka, s, cl):
     return 1024 + st * ka * (16 * nw + 8 * nb) * 128 + (s - 1) * nw * nb * 32 * 16 * (cl > 0) + 16 * st + 16
 
 
-def check_tma_row(where, layer, nb, config):
-    """gemvt rows: st stages of ka 64-k tiles, nw consumer warps (whole warpgroups of 64 rows); S need not divide K
-    (the CTAs' slices differ by at most one step), but every CTA needs a step."""
+def tmaz_smem(nw, st, nb, ka, s, cl):
+    """gemvtz_kernel: 1 KB of alignment slack + a ring of st stages, each ka x boxes of 8 nb tokens x 128 B and nw row
+    blocks x ka 64-groups of the 12-bit stream (1536 B each), + 3 permuted x buffers a warpgroup (ka x 8 nb x 128 B),
+    + with cl the leader's cbuf, + its static arrays: the exception warp's corrections (16 nw rows x (8 nb + 1) fp32),
+    the cooperative walk's row offsets, parts and rows, the mbarriers (16 B a stage) and 32 B."""
+    return (1024 + st * ka * (8 * nb * 128 + nw * 1536) + 3 * (nw // 4) * ka * 8 * nb * 128 +
+            (s - 1) * nw * nb * 32 * 16 * (cl > 0) + nw * 16 * (nb * 8 + 1) * 4 +
+            4 * (nw * 16 + 1) + 32 * 2 * nb * 8 * 4 + 32 * 2 * 4 + 16 * st + 32)
+
+
+def check_tma_row(where, layer, nb, config, compressed=False):
+    """Ring rows: st stages of ka 64-k groups, nw consumer warps (whole warpgroups of 64 rows); S need not divide K
+    (the CTAs' slices differ by at most one step), but every CTA needs a step. compressed: gemvtz_kernel (nw 4 or 8,
+    ka 1, 2 or 4, its own shared memory), else gemvt_kernel."""
     N, K = layer["N"], layer["K"]
     probs = []
     for key in ("nw", "s", "st", "ka", "pdl", "cl"):
@@ -141,8 +151,11 @@ def check_tma_row(where, layer, nb, config):
                                                             ("cl", 0)))
     if layer.get("dtype") == "fp32":
         probs.append(f"{where}: gemvt takes bf16 weights, not the DUAL router")
-    if nw not in (4, 8, 12, 16):
-        probs.append(f"{where}: gemvt needs NW = 4, 8, 12 or 16 (warpgroups), got {nw}")
+    if nw not in ((4, 8) if compressed else (4, 8, 12, 16)):
+        probs.append(f"{where}: {'gemvtz needs NW = 4 or 8' if compressed else 'gemvt needs NW = 4, 8, 12 or 16'} "
+                     f"(warpgroups), got {nw}")
+    if compressed and ka not in (1, 2, 4):
+        probs.append(f"{where}: gemvtz needs KA = 1, 2 or 4, got {ka}")
     if N % (16 * nw) or K % (64 * ka):
         probs.append(f"{where}: gemvt needs N % (16*NW) == 0 and K % (64*KA) == 0 (N={N}, K={K}, NW={nw}, KA={ka})")
     elif not 1 <= s <= K // (64 * ka):
@@ -151,9 +164,9 @@ def check_tma_row(where, layer, nb, config):
         probs.append(f"{where}: gemvt has pdl 0/1, cl 0 or 2; got pdl={pdl} cl={cl}")
     if cl and not 2 <= s <= 16:
         probs.append(f"{where}: cl={cl} makes the S={s} CTAs of a row group one cluster: S must be 2..16")
-    smem = tma_smem(nw, st, nb, ka, s, cl)
+    smem = (tmaz_smem if compressed else tma_smem)(nw, st, nb, ka, s, cl)
     if smem > TMA_SMEM_LIMIT:
-        probs.append(f"{where}: gemvt shared memory {smem} B > {TMA_SMEM_LIMIT} B")
+        probs.append(f"{where}: {'gemvtz' if compressed else 'gemvt'} shared memory {smem} B > {TMA_SMEM_LIMIT} B")
     return probs
 
 
@@ -162,13 +175,13 @@ def launch_numbers(kind, layer, config):
     """Grid, warps, K per warp, bytes in flight per lane and per SM for one row."""
     N, K = layer["N"], layer["K"]
     nw, s, r = config["nw"], config["s"], config.get("r", 1)
-    if is_ring(config):         # gemvt: the ring's weight bytes are what a CTA keeps in flight
-        st, ka = config["st"], config["ka"]
+    if is_ring(config):         # the ring's weight bytes are what a CTA keeps in flight
+        st, ka, z = config["st"], config["ka"], kind == "compressed"
         ctas = N // (16 * nw) * s
-        fit = TMA_SMEM_LIMIT // tma_smem(nw, st, 4, ka, s, config.get("cl", 0))
+        fit = TMA_SMEM_LIMIT // (tmaz_smem if z else tma_smem)(nw, st, 4, ka, s, config.get("cl", 0))
         per_sm_ctas = min(math.ceil(ctas / SMS), max(fit, 1))
-        sm_bytes = st * ka * 16 * nw * 128 * per_sm_ctas
-        return dict(grid=(N // (16 * nw), s), ctas=ctas, warps=nw + 1, k_per_warp=K // s, lane_bytes=0,
+        sm_bytes = st * ka * nw * (1536 if z else 16 * 128) * per_sm_ctas
+        return dict(grid=(N // (16 * nw), s), ctas=ctas, warps=nw + (2 if z else 1), k_per_warp=K // s, lane_bytes=0,
                     ctas_per_sm=per_sm_ctas, sm_bytes=sm_bytes, little=sm_bytes / LITTLE_PER_SM)
     ctas = N // (16 * r) * s
     if kind == "plain":
@@ -188,7 +201,8 @@ def fmt_cfg(kind, c):
     """A row's config in one line (a field the row lacks: '?', so that a bad row prints too)."""
     g = lambda k, d="?": c.get(k, d)   # noqa: E731
     if is_ring(c):
-        return f"gemvt nw={g('nw')} s={g('s')} st={g('st')} ka={g('ka')} pdl={g('pdl', 1)} cl={g('cl', 0)}"
+        return (f"{'gemvtz' if kind == 'compressed' else 'gemvt'} nw={g('nw')} s={g('s')} st={g('st')} ka={g('ka')} "
+                f"pdl={g('pdl', 1)} cl={g('cl', 0)}")
     u = f"u={g('u')}" if kind == "plain" else f"ug={g('ug')}"
     walk = "" if kind == "plain" else f" walk={g('walk', 0)}"
     return (f"nw={g('nw')} s={g('s')} {u} r={g('r', 1)} loop={g('loop')} mb={g('mb')}{walk} pf={g('pf', 0)} "
@@ -210,10 +224,18 @@ def load(name):
         return json.load(f)
 
 
+def card_tables():
+    """[(kind, 'card/file')] of every card's tables: tables/cards.json's cards, each with tables/<card>/ctable.json
+    (plain) and ztable.json (compressed) where they exist."""
+    cards = load("cards.json")["cards"]
+    return [(kind, f"{c}/{f}") for c in cards for kind, f in (("plain", "ctable.json"), ("compressed", "ztable.json"))
+            if (TABLES / c / f).exists()]
+
+
 def main():
     shapes = load("shapes.json")
     layers = {l["layer"]: l for l in shapes["layers"]}
-    tables = [("plain", "ctable.json"), ("compressed", "ztable.json")]
+    tables = card_tables()
     print(f"Little's law: {HBM_BPS / 1e12:.1f} TB/s x {LATENCY_S * 1e6:.1f} us / {SMS} SMs = "
           f"{LITTLE_PER_SM / 1000:.1f} kB in flight per SM (kB = 1000 B)")
     print(f"assumption: resident CTAs per SM = min(ceil(CTAs / {SMS}), {MAX_CTAS_PER_SM}) (launch spread evenly, "
@@ -235,7 +257,7 @@ def main():
                 bad.extend(probs)
                 print(f"  {kind:<10} {name:<9} m={m:<3} {fmt_cfg(kind, cfg) if 'nw' in cfg else cfg}  BAD: {probs[0]}")
                 continue
-            tabled[(kind, name, m)] = cfg
+            tabled[(fname.split("/")[0], kind, name, m)] = cfg
             print_row(kind, layers[name], m, cfg)
     if bad:
         for b in bad:
@@ -245,13 +267,14 @@ def main():
           f"(compressed), shared memory)")
 
     # odd m reuse the config of the smallest tabled m above them with the same NB (same instantiation)
-    for name, layer in layers.items():
+    for card in sorted({c for c, _, _, _ in tabled}):
+      for name, layer in layers.items():
         for m in shapes["odd_m"]:
             for kind in ("compressed", "plain"):
-                refs = sorted(mm for (k, n, mm) in tabled
-                              if k == kind and n == name and mm >= m and nb_of(mm) == nb_of(m))
+                refs = sorted(mm for (c, k, n, mm) in tabled
+                              if c == card and k == kind and n == name and mm >= m and nb_of(mm) == nb_of(m))
                 if refs:
-                    probs = check_row(kind, layer, m, tabled[(kind, name, refs[0])])
+                    probs = check_row(kind, layer, m, tabled[(card, kind, name, refs[0])])
                     if probs:
                         print(f"MISMATCH: odd m={m} of '{name}' via ({kind}, m={refs[0]}): {probs[0]}")
                         raise SystemExit(1)

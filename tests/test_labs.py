@@ -171,7 +171,7 @@ def test_pack_z_matches_lab3_on_row_scaled_weights():
     W = lab3.row_scaled_np(256, 1024, seed=2)
     z = _assert_pack_z_matches(W)
     assert len(set(z["zbase"].tolist())) >= 4                # rows of different scale take different windows
-    assert z["n_exc"] < 0.0005 * W.size                      # one window per matrix put about 0.8% out (FINDINGS 18)
+    assert z["n_exc"] < 0.0005 * W.size                      # one window per matrix put about 0.8% out (FINDINGS 8.3)
     _assert_round_trip(W, z)
 
 
@@ -184,7 +184,7 @@ def test_pack_z_matches_lab3_on_special_values():
 
 def test_a_tiny_weight_stays_in_its_own_row():
     """One window per matrix sent the whole matrix to the zero-class window for one tiny inexact weight (4x the
-    exceptions, FINDINGS 18). Now the judge unpooler's tiny weight (0x2E63, about 5e-11, 16 binades below the
+    exceptions, FINDINGS 8.3). Now the judge unpooler's tiny weight (0x2E63, about 5e-11, 16 binades below the
     window) is an ordinary exact exception; a far tinier one (0x2063, about 2e-19) has no exact window next to
     the row's weights, and only its own row becomes an all-exception row (which prepare's limits refuse)."""
     W = _trained()
@@ -288,19 +288,23 @@ def test_gemv_emulate_is_exact_on_integer_weights():
 
 # ---- lab 0 --------------------------------------------------------------------------------------------
 def _tables():
+    """(layers, [(kind, row)] of every card's tables)."""
     load = lambda n: json.loads((REPO / "tables" / n).read_text())
     layers = {l["layer"]: l for l in load("shapes.json")["layers"]}
-    return layers, [("plain", r) for r in load("ctable.json")["rows"]] + \
-                   [("compressed", r) for r in load("ztable.json")["rows"]]
+    return layers, [(kind, r) for kind, f in lab0.card_tables() for r in load(f)["rows"]]
+
+
+def _copy_tables(tmp_path):
+    import shutil
+    shutil.copytree(REPO / "tables", tmp_path, dirs_exist_ok=True)
 
 
 def test_lab0_exits_1_naming_a_bad_row(tmp_path, monkeypatch, capsys):
-    for n in ("shapes.json", "ctable.json", "ztable.json"):
-        (tmp_path / n).write_text((REPO / "tables" / n).read_text())
-    ct = json.loads((tmp_path / "ctable.json").read_text())
+    _copy_tables(tmp_path)
+    ct = json.loads((tmp_path / "h200" / "ctable.json").read_text())
     row = next(r for r in ct["rows"] if r["layer"] == "router" and r["m"] == 1)
     row["config"]["s"] = 3                              # K/32 = 256 is not divisible by 3 * NW * U
-    (tmp_path / "ctable.json").write_text(json.dumps(ct))
+    (tmp_path / "h200" / "ctable.json").write_text(json.dumps(ct))
     monkeypatch.setattr(lab0, "TABLES", tmp_path)
     with pytest.raises(SystemExit) as e:
         lab0.main()
@@ -310,14 +314,13 @@ def test_lab0_exits_1_naming_a_bad_row(tmp_path, monkeypatch, capsys):
 
 def test_lab0_exits_1_naming_an_old_pipe_row(tmp_path, monkeypatch, capsys):
     # a row written before loop / mb replaced PIPE: lab 0 names it (and prints it) instead of failing on a missing key
-    for n in ("shapes.json", "ctable.json", "ztable.json"):
-        (tmp_path / n).write_text((REPO / "tables" / n).read_text())
-    zt = json.loads((tmp_path / "ztable.json").read_text())
+    _copy_tables(tmp_path)
+    zt = json.loads((tmp_path / "h200" / "ztable.json").read_text())
     row = next(r for r in zt["rows"] if r["layer"] == "o_proj" and r["m"] == 1)
     for k in ("loop", "mb", "walk"):
         row["config"].pop(k)
     row["config"]["pipe"] = 4
-    (tmp_path / "ztable.json").write_text(json.dumps(zt))
+    (tmp_path / "h200" / "ztable.json").write_text(json.dumps(zt))
     monkeypatch.setattr(lab0, "TABLES", tmp_path)
     with pytest.raises(SystemExit) as e:
         lab0.main()
@@ -401,9 +404,26 @@ def test_check_row_agrees_with_gemvt_misfit():
     assert seen > 50, seen
 
 
+def test_check_row_agrees_with_gemvtz_misfit():
+    # gemvtz_kernel's rows (GemvtzConfig, ztable): lab0's rules and its shared memory == gemvtz_misfit
+    layers, _ = _tables()
+    seen = 0
+    for name, l in layers.items():
+        dual = l["dtype"] == "fp32"
+        for m, nw, st, ka, s, cl in itertools.product((1, 16, 32), (4, 8, 12), (4, 6, 8, 12), (1, 2, 4), (1, 2, 3, 5),
+                                                      (0, 2)):
+            cfg = submission.GemvtzConfig(nw=nw, s=s, st=st, ka=ka, cl=cl)
+            why = submission.config_misfit(cfg, l["N"], l["K"], m, dual)
+            got = lab0.check_row("compressed", l, m, cfg._asdict())
+            if not dual:
+                assert (why is None) == (got == []), (name, m, cfg, why, got)
+            seen += why is None
+    assert seen > 50, seen
+
+
 def test_gemvt_rows_are_ctable_rows_of_gemvt_config_fields_that_fit():
     # ctable holds the plain winners: GemvConfig rows (loop, mb; no pipe) and GemvtConfig rows (st / ka); ztable holds
-    # gemvz_kernel's rows only (no ring kernel on the compressed path any more)
+    # gemvz_kernel's rows (ug) and gemvtz_kernel's (the same fields as gemvt's: st / ka)
     layers, rows = _tables()
     gemvt = 0
     for kind, r in rows:
@@ -411,7 +431,12 @@ def test_gemvt_rows_are_ctable_rows_of_gemvt_config_fields_that_fit():
         for c in [r["config"]] + [u["config"] for u in r.get("runner_up", [])]:
             assert "pipe" not in c and "co" not in c, (kind, r["layer"], m, c)    # no old-style row anywhere
             if kind == "compressed":
-                assert "st" not in c and "ka" not in c and "ug" in c, (r["layer"], m, c)
+                if "st" in c:
+                    cfg = submission.GemvtzConfig(**c)
+                    assert submission.config_misfit(cfg, l["N"], l["K"], m) is None, (r["layer"], m, cfg)
+                    assert lab0.check_row(kind, l, m, c) == [], (r["layer"], m, cfg)
+                else:
+                    assert "ka" not in c and "ug" in c, (r["layer"], m, c)
                 continue
             if "st" not in c:
                 assert "ka" not in c and "u" in c, (r["layer"], m, c)
