@@ -1,7 +1,7 @@
 // common.cuh: the pieces gemv_kernel, gemvz_kernel and gemvt_kernel share: x loads, the warps' reduction, the
 // split-K combine (global ticket or thread-block cluster), the store, and the (empty) instrument hooks.
 // defines: land_before_wait, load_xbatch, sum_warps, splitk_combine, cluster_combine, cluster_start, store_tile,
-//          MuseTrace / TR_* / HOOK_* (empty here: csrc/instruments.cuh), combine_store
+//          MuseTrace / TR_* / HOOK_* (empty here: csrc/instruments.cuh), combine_store, add_ecorr
 #pragma once
 #include "args.h"
 #include "ptx.cuh"
@@ -210,4 +210,23 @@ __device__ __forceinline__ void combine_store(float4 (&res)[J], MuseTrace& tr_, 
       if ((!EXC || tid < NT) && tid + j * NT < P) store_tile<F32OUT, NB, R>(out, res[j], tid + j * NT, rg, M, N);
   }
   TR_G(2) TR_C(5) TR_FLUSH(store)
+}
+
+// The exception warp's corrections (ecorr[16 R rows][8 NB tokens], +1 pad) added to the CTA's positions before the
+// split-K combine: thread tid < NT holds p = tid + j NT = (r NB + nb) 32 + lane, value q of the C fragment is row
+// 16 r + g + 8 (q >> 1), token 8 nb + 2 t + (q & 1) (store_tile's map). gemvz_kernel and gemvtz_kernel.
+template <int NB, int J, int P, int NT, int ROWS>
+__device__ __forceinline__ void add_ecorr(float4 (&res)[J], const float (&ecorr)[ROWS][NB * 8 + 1]) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int j = 0; j < J; j++) {
+    const int p = tid + j * NT;
+    if (tid < NT && p < P) {
+      const int pl = p & 31, nbo = (p >> 5) % NB, r = (p >> 5) / NB, pg = pl >> 2, pt = pl & 3;
+      res[j].x += ecorr[r * 16 + pg][nbo * 8 + 2 * pt];
+      res[j].y += ecorr[r * 16 + pg][nbo * 8 + 2 * pt + 1];
+      res[j].z += ecorr[r * 16 + pg + 8][nbo * 8 + 2 * pt];
+      res[j].w += ecorr[r * 16 + pg + 8][nbo * 8 + 2 * pt + 1];
+    }
+  }
 }

@@ -89,13 +89,13 @@ __device__ __forceinline__ void ring_produce(const CUtensorMap* tx, unsigned lon
 
 // The end of both ring kernels: after the wait (out, ws and sem may belong to the previous kernel until then) and
 // once every stage is consumed (the ring's memory is free), the consumer warps' D fragments go through the ring's
-// memory to one position per consumer thread (warp w's D = row block w of the CTA: R = NW), then gemv_kernel's
-// split-K combine and store.
+// memory to one position per consumer thread (warp w's D = row block w of the CTA: R = NW), then (gemvtz: ecorr, its
+// exception warp's corrections, added) gemv_kernel's split-K combine and store.
 template <int NW, int NB>
 __device__ __forceinline__ void ring_end(const float (&acc)[NB * 4], uint8_t* ring, float4* cbuf, MuseTrace& tr_,
                                          bf16* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem,
                                          int tid, int lane, int warp, int rg, int sidx, int S, int cl, int M,
-                                         int N) {
+                                         int N, const float (*ecorr)[NB * 8 + 1] = nullptr) {
   constexpr int NT = NW * 32, J = NB, P = NW * NB * 32;
   pdl_wait();
   __syncthreads();
@@ -109,6 +109,7 @@ __device__ __forceinline__ void ring_end(const float (&acc)[NB * 4], uint8_t* ri
   float4 res[J];
 #pragma unroll
   for (int j = 0; j < J; j++) res[j] = tid < NT ? red[tid + j * NT] : make_float4(0.f, 0.f, 0.f, 0.f);
+  if (ecorr) add_ecorr<NB, J, P, NT>(res, *reinterpret_cast<const float(*)[NW * 16][NB * 8 + 1]>(ecorr));
   combine_store<false, true, NB, NW, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
 

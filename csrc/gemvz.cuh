@@ -432,17 +432,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
 
   float4 res[J];  // threads of the exception warp (tid >= NT) hold no position
   sum_warps<NW, P, NT, J>(res, red);
-#pragma unroll
-  for (int j = 0; j < J; j++) {
-    const int p = tid + j * NT;
-    if (tid < NT && p < P) {
-      const int pl = p & 31, nbo = (p >> 5) % NB, r = (p >> 5) / NB, pg = pl >> 2, pt = pl & 3;
-      res[j].x += ecorr[r * 16 + pg][nbo * 8 + 2 * pt];
-      res[j].y += ecorr[r * 16 + pg][nbo * 8 + 2 * pt + 1];
-      res[j].z += ecorr[r * 16 + pg + 8][nbo * 8 + 2 * pt];
-      res[j].w += ecorr[r * 16 + pg + 8][nbo * 8 + 2 * pt + 1];
-    }
-  }
+  add_ecorr<NB, J, P, NT>(res, ecorr);
   combine_store<false, true, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
 

@@ -3,11 +3,12 @@
 // build_extension(defines=(NAME, ...), head=<this file>), and the defines pick what it turns on:
 //   MUSE_TRACE             a per-CTA timeline in the workspace (tools/trace_chain.py)
 //   MUSE_SKIP_CORRECTIONS  gemvz's exception warp adds nothing: wrong results, times what the corrections cost
+//   MUSE_TZ_EMPTY          gemvtz's consumers only wait for each stage and free it: the ring alone (wrong results)
 //   MUSE_ABL_NOX           no x load, constant fragments: wrong on purpose (tools/ab.py's router ablations)
 //   MUSE_ABL_NOWAIT        no griddepcontrol.wait: no dependency on the previous launch
 //   MUSE_ABL_NOCOMB        no split-K combine, no cluster handshake: CTA 0 of a row group stores its part
-// It defines INSTRUMENTS and the hooks its defines turn on; the kernel source (ptx.cuh, common.cuh, gemvz.cuh) leaves
-// every other hook empty.
+// It defines INSTRUMENTS and the hooks its defines turn on; the kernel source (ptx.cuh, common.cuh, gemvz.cuh, gemvtz.cuh)
+// leaves every other hook empty.
 #pragma once
 #include <stdint.h>
 #define INSTRUMENTS 1
@@ -26,6 +27,11 @@
 constexpr bool kSkipCorrections = true;
 #else
 constexpr bool kSkipCorrections = false;
+#endif
+#ifdef MUSE_TZ_EMPTY
+constexpr bool kRingAlone = true;
+#else
+constexpr bool kRingAlone = false;
 #endif
 
 // ---- MUSE_TRACE ------------------------------------------------------------------------------------------------

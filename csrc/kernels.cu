@@ -6,6 +6,7 @@
 //   gemv.cuh    gemv_kernel: plain BF16 (and the router's fp32 as hi + lo), LOOP 0..2
 //   gemvz.cuh   the 12-bit format (decz), gemvz_kernel with its exception warp, unpackz_kernel
 //   gemvt.cuh   gemvt_kernel: TMA ring + warpgroup MMA (GemvtConfig)
+//   gemvtz.cuh  gemvtz_kernel: the 12-bit stream in a TMA ring, decoded into registers, warpgroup MMA (GemvtzConfig)
 //   launch.cuh  launch_pdl, opt-ins, TMA descriptors, launchers, the kernel table (configs.cuh, generated) inside
 // csrc/instruments.cuh (trace and timing-only hooks) is not part of it: tools and tests put it in front of a variant.
 #include "launch.cuh"

@@ -12,6 +12,7 @@
 #include "gemv.cuh"
 #include "gemvz.cuh"
 #include "gemvt.cuh"
+#include "gemvtz.cuh"
 
 // ---- launch --------------------------------------------------------------------------------------------------
 // Per-kernel opt-ins, made once per kernel and remembered (host-side calls: nothing for a graph to capture;
@@ -154,8 +155,20 @@ static int launch_gemvt(const GemvArgs& a, const LaunchOpts& o) {
                     a.cl ? a.S : 1, gemvt_smem(NW, ST, NB, KA, a.S, a.cl), a, tx);
 }
 
+// gemvtz_kernel<NW, ST, NB, KA>: gemvt's grid, NW consumer warps + the exception warp + the producer, the ring and
+// the permuted x buffers in dynamic smem (opt-in above 48 KB), x through a TMA descriptor made here.
+template <int NW, int ST, int NB, int KA>
+static int launch_gemvtz(const GemvArgs& a, const LaunchOpts& o) {
+  int e = opt_in_once((const void*)gemvtz_kernel<NW, ST, NB, KA>, OPT_LARGE_SMEM);
+  if (e) return e;
+  CUtensorMap tx;
+  if ((e = make_tmap(&tx, a.x, a.M, a.K, 8 * NB))) return e;
+  return launch_pdl(gemvtz_kernel<NW, ST, NB, KA>, dim3(a.N / (16 * NW), a.S), dim3(NW * 32 + 64), o.st, o.pdl,
+                    a.cl ? a.S : 1, gemvtz_smem(NW, ST, NB, KA, a.S, a.cl), a, tx);
+}
+
 // ---- the kernel table: a family and its template arguments -> the compiled instantiation ------------------------
-// family: the index of muse/families.py FAMILIES (0 gemv, 1 gemvz, 2 gemvt); t: its template arguments in order.
+// family: the index of muse/families.py FAMILIES (0 gemv, 1 gemvz, 2 gemvt, 3 gemvtz); t: its template arguments in order.
 struct KernelEntry {
   int family, n, t[8];
   Launcher launch;

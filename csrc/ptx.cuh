@@ -2,8 +2,8 @@
 // defines: ld_stream, ld_x, ld_x1_if, ld_esc_if, mma16816, prmt, pdl_trigger, pdl_wait,
 //          named_bar_arrive1, named_bar_sync1, cluster_arrive_relaxed, cluster_wait_acquire, cluster_rank,
 //          map_shared, cluster_mbar, mbar_init_expect, st_async, mbar_wait0, prefetch_l2, smem_u32,
-//          mbar_init, mbar_expect_tx, mbar_arrive, mbar_wait, bulk_load, policy_evict_first, tma_load_2d, wg_fence,
-//          wg_commit, wg_wait0, wg_wait1, wg_pin, wg_desc, wgmma_ss
+//          mbar_init, mbar_expect_tx, mbar_arrive, mbar_arrive_after, mbar_wait, bulk_load, policy_evict_first, tma_load_2d, wg_fence,
+//          wg_commit, wg_wait0, wg_wait1, wg_pin, wg_desc, wgmma_ss, wgmma_rs, fence_proxy_async, named_bar_sync
 #pragma once
 #include <cuda.h>  // CUtensorMap (gemvt_kernel's TMA descriptors; the driver entry point is fetched at run time)
 #include <cuda_bf16.h>
@@ -147,6 +147,14 @@ __device__ __forceinline__ void mbar_expect_tx(unsigned long long* b, uint32_t b
 __device__ __forceinline__ void mbar_arrive(unsigned long long* b) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
 }
+// The same arrival, issued only once `dep` is in its register (a compare reads it; both branches arrive). A warp that
+// frees a ring slot it read with ld.shared folds one word of every such load into dep: the arrival's release did not
+// wait for loads whose results the warp had not used yet, so the producer's next copy could land before them (gemvtz
+// at KA = 2 read overwritten weights a few times in a thousand calls: FINDINGS 12.7).
+__device__ __forceinline__ void mbar_arrive_after(unsigned long long* b, uint32_t dep) {
+  asm volatile("{\n .reg .pred q;\n setp.ne.u32 q, %1, 0x7fc00123;\n @q mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+               " @!q mbarrier.arrive.shared::cta.b64 _, [%0];\n}" ::"r"(smem_u32(b)), "r"(dep) : "memory");
+}
 // Wait until the phase with this parity has completed (acquire, CTA scope).
 __device__ __forceinline__ void mbar_wait(unsigned long long* b, uint32_t parity) {
   const uint32_t a = smem_u32(b);
@@ -214,4 +222,44 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[NB * 4], uint64_t da, uint64
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "l"(da), "l"(db), "r"(1));
   }
+}
+
+// D[64 rows x 8 NB tokens] += A[64 x 16] . B[16 x 8 NB], A from registers (this warp's 16 rows: mma16816's A
+// fragment, gemvtz's decoded weights), B from shared memory (db). A's registers stay read until the wgmma's group
+// completes (wgmma.wait_group): the caller must not write them before.
+template <int NB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[NB * 4], uint4 a, uint64_t db) {
+  if constexpr (NB == 4) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), "r"(1));
+  } else if constexpr (NB == 2) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), "r"(1));
+  } else {
+    static_assert(NB == 1, "NB is 1, 2 or 4");
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), "r"(1));
+  }
+}
+
+// Shared-memory writes of this thread (generic proxy) made visible to the async proxy (wgmma's operand reads, TMA):
+// between a thread's st.shared of an operand and the barrier after which a wgmma reads it.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// Named barrier `id` (0 is __syncthreads, 1 gemvz's) over n threads, all of which sync: one warpgroup's per-stage
+// hand-over in gemvtz.
+__device__ __forceinline__ void named_bar_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
 }

@@ -47,10 +47,13 @@ GemvConfig = collections.namedtuple("GemvConfig", "nw s u r loop mb pf pdl cl", 
 GemvzConfig = collections.namedtuple("GemvzConfig", "nw s ug r loop mb walk pf pdl cl", defaults=(1, 0))
 # gemvt_kernel<NW, ST, NB, KA> (csrc/gemvt.cuh)
 GemvtConfig = collections.namedtuple("GemvtConfig", "nw s st ka pdl cl", defaults=(1, 0))
+# gemvtz_kernel<NW, ST, NB, KA> (csrc/gemvtz.cuh): gemvt's fields; the 12-bit stream (pack_z's) instead of bf16 tiles
+GemvtzConfig = collections.namedtuple("GemvtzConfig", "nw s st ka pdl cl", defaults=(1, 0))
 
 # What each field means (README's config-field table is generated from this).
 FIELD_DOCS = {
-    "nw": "warps that stream the weights (gemvz: one exception warp more); gemvt: consumer warps, whole warpgroups",
+    "nw": "warps that stream the weights (gemvz: one exception warp more); gemvt / gemvtz: consumer warps, whole "
+          "warpgroups (gemvtz: one exception warp more)",
     "s": "CTAs a row group (split-K); their partials are summed in a fixed order",
     "u": "32-wide K blocks a warp loads per loop trip",
     "ug": "64-wide K groups a warp loads per loop trip",
@@ -102,10 +105,28 @@ def gemvt_cta_smem(cfg, m):
     return gemvt_smem(cfg.nw, cfg.st, nb_of(m), cfg.ka, cfg.s, cfg.cl) + 16 * cfg.st + 16
 
 
+def gemvtz_smem(nw, st, nb, ka, s=1, cl=0):
+    """gemvtz_kernel's dynamic shared memory (gemvtz_smem in csrc/gemvtz.cuh): 1 KB alignment slack, the ring of st
+    stages (ka x boxes of 8 nb tokens x 128 B, then nw row blocks x ka 64-groups of the 12-bit stream, 1536 B each),
+    three permuted x buffers a warpgroup, and with cl the leader's cbuf."""
+    return (1024 + st * ka * (8 * nb * 128 + nw * 1536) + 3 * (nw // 4) * ka * 8 * nb * 128 +
+            ((s - 1) * nw * nb * 32 * 16 if cl else 0))
+
+
+def gemvtz_cta_smem(cfg, m):
+    """All the shared memory of one gemvtz CTA of GemvtzConfig cfg at m: gemvtz_smem plus its static arrays (the
+    exception warp's ecorr and cooperative walk, coop_smem; the ring's mbarriers; the cluster mbarrier and ticket flag)."""
+    nb = nb_of(m)
+    return (gemvtz_smem(cfg.nw, cfg.st, nb, cfg.ka, cfg.s, cfg.cl) + cfg.nw * 16 * (nb * 8 + 1) * 4 +
+            coop_smem(cfg.nw, nb) + 16 * cfg.st + 32)
+
+
 def cta_smem(cfg, m):
     """The shared memory one CTA of cfg takes at m (what an SM must hold per resident CTA)."""
     if isinstance(cfg, GemvtConfig):
         return gemvt_cta_smem(cfg, m)
+    if isinstance(cfg, GemvtzConfig):
+        return gemvtz_cta_smem(cfg, m)
     z = isinstance(cfg, GemvzConfig)
     return smem_bytes(cfg.nw, nb_of(m), cfg.r, z, cfg.s, cfg.cl) + (coop_smem(cfg.r, nb_of(m)) if z and cfg.walk else 0)
 
@@ -194,10 +215,24 @@ def gemvt_misfit(cfg, N, K, m, dual=False):
     return _shared_misfit(cfg, cta_smem(cfg, m), hardware().smem_cta)
 
 
+def gemvtz_misfit(cfg, N, K, m, dual=False):
+    """Why a GemvtzConfig cannot run this shape, or None if it can: bf16 weights, one or two consumer warpgroups (16 nw
+    rows a CTA: nw 4 or 8), 1, 2 or 4 64-groups a stage, any S up to K / (64 ka), and the ring, the permuted x buffers
+    and the exception warp's arrays within the opt-in shared memory."""
+    if dual:
+        return "the compressed path takes bf16 weights only"
+    if cfg.nw not in (4, 8) or cfg.st < 1 or cfg.ka not in (1, 2, 4):
+        return f"gemvtz_kernel needs NW 4 or 8 (one or two warpgroups), st >= 1 and ka 1, 2 or 4: {cfg}"
+    if N % (16 * cfg.nw) or K % (64 * cfg.ka) or not 1 <= cfg.s <= K // (64 * cfg.ka):
+        return (f"gemvtz_kernel: N={N} not a multiple of 16*NW={16 * cfg.nw}, or K={K} not a multiple of "
+                f"64*KA={64 * cfg.ka}, or S={cfg.s} not in 1..K/(64*KA) (S need not divide K)")
+    return _shared_misfit(cfg, cta_smem(cfg, m), hardware().smem_cta)
+
+
 # ---- the families ------------------------------------------------------------------------------------------------
 # template: the kernel's template parameters in order, each (NAME, source): a config field, or "nb" (nb_of(m)) or
 # "dual" (fp32 weights, a bool). weights: what the kernel reads ("plain": pack_plain's w and w2; "z": pack_z's stream,
-# windows and side table; "tiles": pack_tma's tiles). letter: describe()'s short form, e.g. C(8,2,2).
+# windows and side table, which gemvz and gemvtz share; "tiles": pack_tma's tiles). letter: describe()'s short form, e.g. C(8,2,2).
 Family = collections.namedtuple("Family", "name kernel config template misfit weights letter short_fields")
 FAMILIES = (
     Family("gemv", "gemv_kernel", GemvConfig,
@@ -209,6 +244,9 @@ FAMILIES = (
     Family("gemvt", "gemvt_kernel", GemvtConfig,
            (("NW", "nw"), ("ST", "st"), ("NB", "nb"), ("KA", "ka")),
            gemvt_misfit, "tiles", "T", ("nw", "st", "ka")),
+    Family("gemvtz", "gemvtz_kernel", GemvtzConfig,
+           (("NW", "nw"), ("ST", "st"), ("NB", "nb"), ("KA", "ka")),
+           gemvtz_misfit, "z", "Y", ("nw", "st", "ka")),
 )
 FAMILY_OF = {f.config: f for f in FAMILIES}
 
@@ -225,10 +263,17 @@ def family_named(name):
     return next(f for f in FAMILIES if f.name == name)
 
 
-def family_of_fields(fields):
-    """The family a table row's or a cache entry's field dict is written for: the one whose distinctive field it holds
-    (st: gemvt, ug: gemvz), else gemv."""
-    return family_named("gemvt" if "st" in fields else "gemvz" if "ug" in fields else "gemv")
+def family_path(f):
+    """The path a family runs: 'compressed' for the families that read pack_z's stream, else 'plain'."""
+    return "compressed" if f.weights == "z" else "plain"
+
+
+def family_of_fields(fields, path=None):
+    """The family a table row's or a cache entry's field dict is written for: the first family whose config type has
+    every one of the fields, one of `path`'s ('plain' or 'compressed') first when given; gemv if none has. gemvt and
+    gemvtz have the same fields: a row of the compressed table is a gemvtz row, of the plain table a gemvt row."""
+    fits = [f for f in FAMILIES if set(fields) <= set(f.config._fields)]
+    return next((f for f in fits if path is None or family_path(f) == path), fits[0] if fits else FAMILIES[0])
 
 
 def template_args(cfg, m, dual=False):
@@ -266,9 +311,26 @@ def config_misfit(cfg, N, K, m, dual=False):
     return f.misfit(cfg, N, K, m, dual)
 
 
+def coop_twin(cfg):
+    """A per-row-walk gemvz config's twin with the cooperative walk (walk = 1, coop_walk); any other config (plain, a
+    ring, or already cooperative) as it is. The cooperative walk needs more registers: a twin of 16 streaming warps
+    keeps at most one CTA an SM by registers (mb <= 1; at mb = 2, 544 threads, ptxas spills it)."""
+    if not isinstance(cfg, GemvzConfig) or cfg.walk:
+        return cfg
+    return cfg._replace(walk=1, mb=min(cfg.mb, 1) if cfg.nw >= 16 else cfg.mb)
+
+
+RING_CONFIGS = (GemvtConfig, GemvtzConfig)   # the TMA-ring families: a CTA is 16 nw rows, one CTA an SM
+
+
+def rows_per_cta(cfg):
+    """Weight rows one CTA of cfg covers: 16 nw for the ring families, 16 r for the register kernels."""
+    return 16 * (cfg.nw if isinstance(cfg, RING_CONFIGS) else cfg.r)
+
+
 def kernel_name(cfg):
     """The kernel a config runs, for describe()."""
-    return family_of(cfg).kernel + (" (TMA ring)" if isinstance(cfg, GemvtConfig) else "")
+    return family_of(cfg).kernel + (" (TMA ring)" if isinstance(cfg, RING_CONFIGS) else "")
 
 
 def config_short(c):
@@ -282,14 +344,14 @@ def config_short(c):
     return f"{head} S={c.s}{f' cl={c.cl}' if c.s > 1 else ''}"
 
 
-def config_from_fields(fields, family=None):
+def config_from_fields(fields, family=None, path=None):
     """(config, None) from a table row's or a cache entry's field dict, or (None, why). The family is the one given,
-    else family_of_fields'. Every field must be the family's and an int (not a bool, not a string); fields left out
-    take the type's defaults."""
+    else family_of_fields' (of `path`'s families, when given). Every field must be the family's and an int (not a bool,
+    not a string); fields left out take the type's defaults."""
     if not isinstance(fields, dict):
         return None, f"config must be an object of fields, got {type(fields).__name__}"
     if family is None:
-        family = family_of_fields(fields)
+        family = family_of_fields(fields, path)
     cls = family.config
     unknown = sorted(set(fields) - set(cls._fields))
     if unknown:

@@ -4,7 +4,7 @@ import os
 
 import torch
 
-from .families import (FAMILIES, MAX_M, GemvConfig, GemvtConfig, GemvzConfig, config_misfit, family_of, instance_label,
+from .families import (FAMILIES, MAX_M, GemvConfig, GemvtConfig, config_misfit, family_of, family_path, instance_label,
                        kernel_name, runtime_values, template_args)
 from .packing import pack_plain, pack_tma, split_hi_lo
 from .planner import PlanEntry
@@ -103,12 +103,12 @@ class Layer:
         return lr
 
     def set_config(self, m, cfg):
-        """Use cfg (a GemvConfig, GemvzConfig or GemvtConfig) for m from now on (tune.py, tools); packs the weights
-        its family reads and grows the workspace if needed."""
+        """Use cfg (a config of any family: GemvConfig, GemvzConfig, GemvtConfig, GemvtzConfig) for m from now on
+        (tune.py, tools); packs the weights its family reads and grows the workspace if needed."""
         why = config_misfit(cfg, self.N, self.K, m, self.dual)
         if why:
             raise ValueError(f"config {cfg} does not fit layer '{self.name}' at m={m}: {why}")
-        path = "compressed" if isinstance(cfg, GemvzConfig) else "plain"
+        path = family_path(family_of(cfg))
         if path == "compressed" and self.z is None:
             raise ValueError(f"layer '{self.name}' has no compressed weights ({self.z_note})")
         self.plans[m] = PlanEntry(path, cfg, "set_config")

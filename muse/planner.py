@@ -1,4 +1,5 @@
-"""The planner: a path and config for every (layer, m). Table rows first (CTABLE, ZTABLE, by name or by shape); else the
+"""The planner: a path and config for every (layer, m). Table rows first (the device's card's CTABLES / ZTABLES rows, by
+name or by shape; a device with no card takes none); else the
 cost model (the 12-bit path at m <= 16, gemvt at m = 17..32: every candidate family priced at every split S that
 fits, the cheapest taken); else one fixed family per m range (PLANNER, muse/rules.py); else the default rule.
 
@@ -15,13 +16,25 @@ not to predict times: its times are rough, its ranking is what it is for (FINDIN
 import collections
 import functools
 
-from ._generated import CTABLE, PLAN_MODELS, TABLE_SHAPES, ZTABLE
-from .families import (MAX_M, GemvtConfig, GemvzConfig, config_misfit, config_short, cta_smem, gemvz_misfit,
-                       hardware, kernel_name, nb_of)
+from ._generated import CARDS, CTABLES, PLAN_MODELS, TABLE_SHAPES, ZTABLES
+from .families import (MAX_M, RING_CONFIGS, GemvzConfig, config_misfit, config_short, cta_smem, hardware, kernel_name,
+                       nb_of, rows_per_cta)
 from .rules import (DEFAULT_GEMV, DEFAULT_GEMVZ, PLAIN_GEMVT_MIN_BYTES, PLAN_MAX_S, PLAN_SPLIT_WAVES, PLAN_UNEVEN,
                     PLANNER)
 
 PlanEntry = collections.namedtuple("PlanEntry", "path config why")   # path: plain | compressed | fallback
+
+
+def current_card(hw=None):
+    """The card whose tables this device takes (CARDS: the device name and SM count the rows were timed on), or None:
+    a device of no card takes the planner for every shape. hw: a Hardware (default: the device's, hardware())."""
+    hw = hardware() if hw is None else hw
+    return next((c for c, (name, sms) in CARDS.items() if name == hw.name and sms == hw.sms), None)
+
+
+def card_tables(card):
+    """(ctable, ztable) of a card; empty for None or a card without rows."""
+    return CTABLES.get(card, {}), ZTABLES.get(card, {})
 
 
 def default_config(N, K, m, compressed):
@@ -47,8 +60,8 @@ def plan_occupancy(fam, cfg, m):
 
 
 def plan_grid_ctas(cfg, N):
-    """The grid's CTA count: row groups (16 R rows a register-kernel CTA, 16 NW a gemvt CTA) x S."""
-    return N // (16 * (cfg.nw if isinstance(cfg, GemvtConfig) else cfg.r)) * cfg.s
+    """The grid's CTA count: row groups (16 R rows a register-kernel CTA, 16 NW a ring CTA) x S."""
+    return N // rows_per_cta(cfg) * cfg.s
 
 
 def plan_cost(model, fam, cfg, N, K, m):
@@ -105,7 +118,7 @@ def plan_candidates(N, K, m, path, max_s=PLAN_MAX_S, max_ctas=None, uneven=None)
         if model.path != path or model.nb != nb_of(m):
             continue
         for fam in model.families:
-            cap = max_ctas * (2 / 3 if isinstance(fam.config, GemvtConfig) else 1)
+            cap = max_ctas * (2 / 3 if isinstance(fam.config, RING_CONFIGS) else 1)
             fits = {v: c for v, c in plan_splits(fam.config, N, K, m, max_s=max_s).items()
                     if v == 1 or plan_grid_ctas(c, N) <= cap}
             if not uneven and any(v > 1 and even_split(c, K) for v, c in fits.items()):
@@ -123,19 +136,22 @@ def plan_priced(N, K, m, path):
     return [(t, c, fam) for t, _, _, c, fam in priced]
 
 
-def planner_serves(rule, m):
-    """A rule serves the m of its m_max's token blocks (m <= 8, 9..16, 17..32): one instantiation (NB) per rule."""
-    return nb_of(m) == nb_of(rule.m_max)
+def planner_serves(rule, m, card=None):
+    """A rule serves the m of its m_max's token blocks (m <= 8, 9..16, 17..32): one instantiation (NB) per rule; and
+    only on the cards it names (card: default the device's, current_card())."""
+    card = current_card() if card is None else card
+    return nb_of(m) == nb_of(rule.m_max) and (rule.cards is None or card in rule.cards)
 
 
-def planner_plans(path, m, dual=False):
-    """Whether the planner (a PLAN_MODELS class or a PLANNER rule) plans `path` at m at all."""
+def planner_plans(path, m, dual=False, card=None):
+    """Whether the planner (a PLAN_MODELS class or a PLANNER rule) plans `path` at m at all (on card: default the
+    device's)."""
     return (not dual and any(md.path == path and md.nb == nb_of(m) for md in PLAN_MODELS)) or \
-        any(r.path == path and r.dual == dual and planner_serves(r, m) for r in PLANNER)
+        any(r.path == path and r.dual == dual and planner_serves(r, m, card) for r in PLANNER)
 
 
 @functools.lru_cache(maxsize=None)   # a pure function of the shape and the constants: every prepared copy asks it
-def planner_config(N, K, m, path, dual=False):
+def planner_config(N, K, m, path, dual=False, card=None):
     """The planner's config for an N x K layer at m on `path` ('compressed' or 'plain'): the cost model's cheapest
     candidate where a PLAN_MODELS class covers (path, m) for bf16 weights; else the PLANNER rule's (planner_rule), or
     for plain bf16 at m <= 16 gemvt where that rule's gemv underfills or does not fit (plain_gemvt). cl = 2 (cluster reduction)
@@ -151,7 +167,7 @@ def planner_config(N, K, m, path, dual=False):
                 uneven = f", K split unevenly ({lo} or {lo + c.ug} of {K // 64} 64-wide groups a CTA)"
             return c, (f"planner (cost model): {config_short(c)}, {plan_grid_ctas(c, N)} CTAs, "
                        f"{plan_occupancy(fam, c, m)} an SM{uneven}; model time {t:.1f} us{nxt}")
-    c, why = planner_rule(N, K, m, path, dual)
+    c, why = planner_rule(N, K, m, path, dual, card)
     if path == "plain" and not dual:
         t = plain_gemvt(N, K, m, c)
         if t is not None:
@@ -178,20 +194,23 @@ def plain_gemvt(N, K, m, gemv_cfg):
     return None
 
 
-def planner_rule(N, K, m, path, dual=False):
+def planner_rule(N, K, m, path, dual=False, card=None):
     """The first PLANNER rule of the path and dtype whose m range holds m and whose family fits, with the S (dividing
     the K blocks) whose grid comes closest to the rule's CTA count, ties to the smaller S: (config, why) or (None,
     why-not). planner_config's fallback where no cost model class covers (path, m)."""
     tried = []
     for rule in PLANNER:
-        if rule.path != path or rule.dual != dual or not planner_serves(rule, m):
+        if rule.path != path or rule.dual != dual or not planner_serves(rule, m, card):
             continue
         fits = plan_splits(rule.config, N, K, m, dual, 64)
         if not fits:
             tried.append(f"{kernel_name(rule.config)} {rule.config}: {config_misfit(rule.config, N, K, m, dual)}")
             continue
         tiles = plan_grid_ctas(rule.config, N)
-        v = min(fits, key=lambda v: (abs(tiles * v - rule.ctas), v))
+        if isinstance(rule.config, RING_CONFIGS):   # one CTA an SM: the largest S whose grid stays within the count
+            v = max([v for v in fits if tiles * v <= rule.ctas] or [min(fits)])
+        else:
+            v = min(fits, key=lambda v: (abs(tiles * v - rule.ctas), v))
         c = fits[v]
         return c, (f"planner: {kernel_name(c)} family of {rule.source}; S={c.s} -> {tiles * c.s} CTAs "
                    f"(target {rule.ctas})")
@@ -219,16 +238,20 @@ def table_name(name, N, K, dual, tables, shapes=None):
     return name, ""
 
 
-def plan_for(name, N, K, m, dual, compressible, force=None, ctable=None, ztable=None):
+def plan_for(name, N, K, m, dual, compressible, force=None, ctable=None, ztable=None, card=None):
     """The path and config for one m.
 
     compressible: True, or a string saying why the 12-bit format is not available for this weight.
     force: None (tables, then the planner), 'plain' or 'compressed'.
-    A (name, m') row in ZTABLE means the compressed path won the tuning there; CTABLE has the plain winner of every
-    scored shape, a GemvConfig or a GemvtConfig (used when the weight cannot be compressed). A row that does not fit
-    the layer (a shape-matched row never fails: build.py checks every row) is passed over with a note."""
-    ctable = CTABLE if ctable is None else ctable
-    ztable = ZTABLE if ztable is None else ztable
+    card: whose tables (default: the device's, current_card()); ctable / ztable replace them (judge.py --no-tables).
+    A (name, m') row in the card's ZTABLES means the compressed path won the tuning there (a GemvzConfig or a
+    GemvtzConfig); its CTABLES has the plain winner of every scored shape, a GemvConfig or a GemvtConfig (used when the
+    weight cannot be compressed). A row that does not fit the layer (a shape-matched row never fails: build.py checks
+    every row) is passed over with a note."""
+    card = current_card() if card is None else card
+    ct, zt = card_tables(card)
+    ctable = ct if ctable is None else ctable
+    ztable = zt if ztable is None else ztable
     if m > MAX_M:
         return PlanEntry("fallback", None, f"m={m} > {MAX_M}")
     if N % 16 or K % 64:
@@ -241,37 +264,38 @@ def plan_for(name, N, K, m, dual, compressible, force=None, ctable=None, ztable=
                          f"{'fp32 weights take the DUAL plain path' if dual else compressible}")
     ref = reference_m(name, m, (ztable, ctable))
     note = ""
+    nocard = f"; no tables for a {hardware().name} (tables/cards.json)" if card is None and not (ct or zt) else ""
     if ref is not None:
         key = (name, ref)
         if key in ztable and force != "plain":
-            bad = compressible if not can_z else gemvz_misfit(ztable[key], N, K, m)
+            bad = compressible if not can_z else config_misfit(ztable[key], N, K, m)
             if not bad:
-                return PlanEntry("compressed", ztable[key], f"ZTABLE{key}{via}")
-            note = f"; ZTABLE{key} unused: {bad}"
+                return PlanEntry("compressed", ztable[key], f"ZTABLE[{card}]{key}{via}")
+            note = f"; ZTABLE[{card}]{key} unused: {bad}"
         if key in ctable and force != "compressed":
             bad = config_misfit(ctable[key], N, K, m, dual)
             if not bad:
-                return PlanEntry("plain", ctable[key], f"CTABLE{key}{via}{note}")
-            note += f"; CTABLE{key} unused: {bad}"
+                return PlanEntry("plain", ctable[key], f"CTABLE[{card}]{key}{via}{note}")
+            note += f"; CTABLE[{card}]{key} unused: {bad}"
     pnote = ""
     if can_z and force != "plain" and (force == "compressed" or ref is None):
-        cfg, why = planner_config(N, K, m, "compressed")
+        cfg, why = planner_config(N, K, m, "compressed", False, card)
         if cfg is not None:
-            return PlanEntry("compressed", cfg, why + note)
+            return PlanEntry("compressed", cfg, why + note + nocard)
         pnote = f"; planner (compressed): {why}"
         cfg = default_config(N, K, m, compressed=True)
         # the default's compressed config only where the planner plans the 12-bit path at all (not at m >= 17, where
         # every bf16 row runs plain gemvt), or when forced
-        if cfg is not None and (force == "compressed" or planner_plans("compressed", m)):
-            return PlanEntry("compressed", cfg, "default rule" + note + pnote)
+        if cfg is not None and (force == "compressed" or planner_plans("compressed", m, False, card)):
+            return PlanEntry("compressed", cfg, "default rule" + note + pnote + nocard)
         if force == "compressed":
             raise ValueError(f"no compressed config fits layer '{layer}' N={N}, K={K}, m={m}")
     if not note and not can_z and isinstance(compressible, str) and force != "plain":
         note = f"; compressed not used: {compressible}"
-    cfg, why = planner_config(N, K, m, "plain", dual)
+    cfg, why = planner_config(N, K, m, "plain", dual, card)
     if cfg is not None:
-        return PlanEntry("plain", cfg, why + note)
+        return PlanEntry("plain", cfg, why + note + nocard)
     cfg = default_config(N, K, m, compressed=False)
     if cfg is not None:
-        return PlanEntry("plain", cfg, f"default rule{note}{pnote}; planner (plain): {why}")
+        return PlanEntry("plain", cfg, f"default rule{note}{pnote}; planner (plain): {why}{nocard}")
     return PlanEntry("fallback", None, f"no plain config fits N={N}, K={K}, m={m}")

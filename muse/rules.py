@@ -8,7 +8,7 @@ This module imports only the standard library and muse/families.py: build.py imp
 """
 import collections
 
-from .families import GemvConfig, GemvtConfig, GemvzConfig, instance_of
+from .families import RING_CONFIGS, GemvConfig, GemvzConfig, coop_twin, instance_of
 
 # ---- the default rule: a (layer, m) no table row and no planner family covers -------------------------------------
 # The first config of the list that fits, at the smallest power-of-two S giving two CTAs an SM that still fits
@@ -21,7 +21,8 @@ DEFAULT_GEMVZ = (GemvzConfig(nw=4, s=1, ug=1, r=1, loop=1, mb=2, walk=0, pf=0),)
 # One kernel family per (path, dtype, m range): the instantiation the tuned rows of tables/ share in that range, and the
 # CTA count their S fills; for a new shape the rule keeps the family and picks the S whose grid comes closest to that
 # count (planner_rule). FINDINGS has the rows each rule was read from.
-PlannerRule = collections.namedtuple("PlannerRule", "path dual m_max config ctas source")
+# cards: the cards whose timings the rule rests on (None: every card); on another card the rule does not apply
+PlannerRule = collections.namedtuple("PlannerRule", "path dual m_max config ctas source cards", defaults=(None,))
 PLANNER = (
     PlannerRule("plain", False, 8, GemvConfig(nw=8, s=1, u=2, r=2, loop=0, mb=0, pf=0), 512,
                 "the tuned m <= 8 plain rows (o_proj, unpooler: 512 CTAs)"),
@@ -53,7 +54,7 @@ def plan_models_from_json(d, config_from_fields):
     for i, md in enumerate(d.get("models", [])):
         fams = []
         for j, fd in enumerate(md["families"]):
-            cfg, why = config_from_fields(fd["config"])
+            cfg, why = config_from_fields(fd["config"], None, md["path"])
             if why:
                 raise ValueError(f"tables/plan_models.json model {i} family {j}: {why}")
             fams.append(PlanFamily(cfg, int(fd["occ"]), float(fd["r"]), float(fd["R"]), float(fd["bw"])))
@@ -70,19 +71,12 @@ def reachable_instances(table_configs, models):
     each PLANNER rule at its m range's NB; the defaults at every NB (and DUAL); and every compressed config also with
     the cooperative exception walk, which prepare takes for a layer whose worst row is long (muse/zformat.py, walk_for).
     """
-    inst = {instance_of(c, m, dual) for c, m, dual in table_configs}
-    for rule in PLANNER:
-        inst.add(instance_of(rule.config, rule.m_max, rule.dual))
-    for model in models:
-        for fam in model.families:
-            for nb in ((1, 2, 4) if isinstance(fam.config, GemvtConfig) else (model.nb,)):
-                inst.add(instance_of(fam.config, 8 * nb, False))
-    for nb in (1, 2, 4):
-        for c in DEFAULT_GEMV:
-            for dual in (False, True):
-                inst.add(instance_of(c, 8 * nb, dual))
-        for c in DEFAULT_GEMVZ:
-            inst.add(instance_of(c, 8 * nb, False))
-    twins = {(k, a[:-1] + (1,)) for k, a in inst if k == "gemvz"}   # WALK is gemvz's last template parameter
-    return sorted(inst | twins)
+    cfgs = list(table_configs)
+    cfgs += [(rule.config, rule.m_max, rule.dual) for rule in PLANNER]
+    cfgs += [(fam.config, 8 * nb, False) for model in models for fam in model.families
+             for nb in ((1, 2, 4) if isinstance(fam.config, RING_CONFIGS) else (model.nb,))]
+    cfgs += [(c, 8 * nb, dual) for nb in (1, 2, 4) for c in DEFAULT_GEMV for dual in (False, True)]
+    cfgs += [(c, 8 * nb, False) for nb in (1, 2, 4) for c in DEFAULT_GEMVZ]
+    cfgs += [(coop_twin(c), m, dual) for c, m, dual in cfgs if isinstance(c, GemvzConfig)]
+    return sorted({instance_of(c, m, dual) for c, m, dual in cfgs})
 

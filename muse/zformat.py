@@ -31,7 +31,7 @@ import collections
 import torch
 
 from .extension import raw_stream, shipped_extension
-from .families import GemvzConfig, gemvz_misfit
+from .families import GemvtzConfig, config_misfit, coop_twin
 from .packing import pack_plain
 
 ZIDX_BIT = (0, 8, 16, 24, 4, 12, 20, 28)      # code-word bit where fragment element j's 3-bit index starts
@@ -227,17 +227,18 @@ def coop_chain(z, r):
     return -(-int((e[g::g] - e[:-g:g]).max()) // 32) if z.n_exc else 0
 
 
-def coop_twin(cfg):
-    """A per-row-walk compressed config's twin with the cooperative walk (walk = 1, coop_walk); any other config
-    (plain, or already cooperative) as it is."""
-    return cfg._replace(walk=1) if isinstance(cfg, GemvzConfig) else cfg
-
-
 def walk_for(z, cfg, m):
     """The exception walk of a compressed plan: (cfg, '') with the per-row walk while the worst row (capr) is within
     CAPR_LIMITS at m; (cfg with walk = 1, the note) with the cooperative walk where capr is over it and coop_chain is
-    within it; else a string saying why neither walk hides under the stream (the m range then runs plain)."""
+    within it; else a string saying why neither walk hides under the stream (the m range then runs plain). gemvtz's
+    exception warp always walks cooperatively over its 16 nw rows: (cfg, '') while that chain is within the limit."""
     climit = next(c for mm, c in CAPR_LIMITS if m <= mm)
+    if isinstance(cfg, GemvtzConfig):
+        chain = coop_chain(z, cfg.nw)
+        if chain > climit:
+            return (f"{chain} exceptions a lane in gemvtz's cooperative walk (CTAs of {16 * cfg.nw} rows) > {climit}, "
+                    f"where the walk outlasts the stream at m={m} (CAPR_LIMITS)")
+        return cfg, ""
     if z.capr <= climit or cfg.walk:
         return cfg, ""
     chain = coop_chain(z, cfg.r)
@@ -246,7 +247,7 @@ def walk_for(z, cfg, m):
         return (f"{z.capr} exceptions in one row and {chain} a lane in the cooperative walk > {climit}, where the walk "
                 f"outlasts the stream at m={m} (CAPR_LIMITS)")
     N, K = z.zbase.numel(), z.stream.shape[1] * 64
-    bad = gemvz_misfit(coop, N, K, m)
+    bad = config_misfit(coop, N, K, m)
     if bad:
         return f"{z.capr} exceptions in one row > {climit} (CAPR_LIMITS), and the cooperative walk does not fit: {bad}"
     return coop, (f"; cooperative exception walk: {z.capr} exceptions in one row > {climit} "

@@ -64,7 +64,7 @@ def ptxas_report(tmp_path_factory):
 def test_kernel_source_compiles_for_sm90_with_every_instantiation(ptxas_report):
     insts = _tool("same_code").table_insts(submission.KERNEL_SRC)
     entries = _entries(ptxas_report)
-    for kind in ("gemv", "gemvz", "gemvt"):
+    for kind in [f.name for f in submission.FAMILIES]:
         n = sum(1 for e in entries if re.search(r"\d" + kind + r"_kernelI", e))
         assert n == sum(1 for k, _ in insts if k == kind), (kind, n)
     assert any("unpackz_kernel" in e for e in entries)
@@ -137,6 +137,37 @@ def test_x_ahead_and_tma_kernels_compile_without_spills(tmp_path):
     spills = _spill_lines(r.stderr)
     assert len(spills) == len(insts) + 1 and set(spills.values()) == {("0", "0")}, r.stderr[-3000:]
     assert len([e for e in spills if "gemvt_kernel" in e]) == 3, list(spills)
+
+
+@needs_nvcc
+def test_ring_kernels_of_the_12bit_stream_compile_without_spills_or_serialised_wgmma(tmp_path):
+    # gemvtz_kernel's configs tune.py and the tests compile (NW 4 / 8, NB 2 / 4, one to four groups a stage), in the
+    # shipped build and the timing-only MUSE_TZ_EMPTY build: no spill, and no wgmma that ptxas serialises (its warning
+    # says so; the decoded fragments are wgmma's A registers and must stay untouched while a group is in flight)
+    insts = [("gemvtz", (4, 8, 4, 2)), ("gemvtz", (8, 4, 4, 2)), ("gemvtz", (4, 6, 2, 2)), ("gemvtz", (8, 8, 2, 1)),
+             ("gemvtz", (4, 4, 4, 4)), ("gemvtz", (4, 8, 1, 1))]
+    for defines, head in (((), ""), (("MUSE_TZ_EMPTY",), _tool("cases").instruments())):
+        r = _ptxas(tmp_path, submission.variant_source(defines, insts, head=head), name=f"tz{len(defines)}")
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "wgmma" not in r.stderr.lower(), r.stderr[-3000:]       # e.g. C7510 / C7520 serialisation warnings
+        spills = _spill_lines(r.stderr)
+        assert len([e for e in spills if "gemvtz_kernel" in e]) == len(insts), list(spills)
+        assert set(spills.values()) == {("0", "0")}, r.stderr[-3000:]
+
+
+@needs_nvcc
+def test_gemvtz_frees_a_ring_slot_only_after_its_shared_loads_have_landed():
+    # every consumer arrival on a slot's empty barrier comes after an instruction that reads every ld.shared of that
+    # slot: the release does not wait for loads whose results are unused, and the producer's next copy then overwrote
+    # them (pooler m = 31 / 32 at KA = 2, a few percent of calls wrong, before mbar_arrive_after: FINDINGS 12.7)
+    pytest.importorskip("triton")
+    sass = _tool("sass")
+    for inst in (("gemvtz", (4, 6, 4, 2)), ("gemvtz", (4, 8, 4, 2)), ("gemvtz", (8, 4, 2, 2)), ("gemvtz", (4, 4, 4, 4))):
+        code = sass.sass_of(submission.KERNEL_SRC, [inst])
+        lines = next(l for n, l in code.items() if sass.kernel_matches(n, inst))
+        arrivals = sass.slot_reads_unused_at_release(lines)
+        assert len(arrivals) >= 3, (inst, arrivals)                   # the three take() sites of the pipelined loop
+        assert all(not bad for _, bad in arrivals), (inst, arrivals)
 
 
 @needs_nvcc

@@ -48,9 +48,14 @@ def test_build_check_catches_a_missing_instantiation(build_tree):
     assert r.returncode == 1 and "launch_gemv<" in r.stdout
 
 
+def _table_rows():
+    """((name, m), config) of every card's rows (CTABLES and ZTABLES)."""
+    return [kv for t in (S.CTABLES, S.ZTABLES) for rows in t.values() for kv in rows.items()]
+
+
 def test_every_table_row_and_default_is_compiled_in():
-    compiled, tabled = _compiled(), build.load_tables()[1]          # scored and user layers
-    for (name, m), cfg in list(S.CTABLE.items()) + list(S.ZTABLE.items()):
+    compiled, tabled = _compiled(), build.load_tables("h200")[1]          # scored and user layers
+    for (name, m), cfg in _table_rows():
         assert S.instance_of(cfg, m, tabled[name]["dtype"] == "fp32") in compiled, (name, m, cfg)
     for cfg in S.DEFAULT_GEMV:
         for m in (1, 9, 17):
@@ -62,22 +67,20 @@ def test_every_table_row_and_default_is_compiled_in():
 
 
 def test_the_shipped_source_compiles_only_what_a_table_row_the_planner_or_the_default_rule_reaches():
-    reach, tabled = set(), build.load_tables()[1]
-    for (name, m), cfg in list(S.CTABLE.items()) + list(S.ZTABLE.items()):
-        reach.add(S.instance_of(cfg, m, tabled[name]["dtype"] == "fp32"))
+    tabled = build.load_tables("h200")[1]
+    cfgs = [(cfg, m, tabled[name]["dtype"] == "fp32") for (name, m), cfg in _table_rows()]
     for rule in S.PLANNER:
-        reach |= {S.instance_of(rule.config, m, rule.dual) for m in range(1, S.MAX_M + 1) if S.planner_serves(rule, m)}
+        cfgs += [(rule.config, m, rule.dual) for m in range(1, S.MAX_M + 1) if S.nb_of(m) == S.nb_of(rule.m_max)]
     for model in S.PLAN_MODELS:
-        reach |= {S.instance_of(f.config, 8 * model.nb, False) for f in model.families}
-        reach |= {S.instance_of(f.config, m, False) for f in model.families for m in (1, 9)   # plain_gemvt
-                  if isinstance(f.config, S.GemvtConfig)}
+        cfgs += [(f.config, 8 * model.nb, False) for f in model.families]
+        cfgs += [(f.config, m, False) for f in model.families for m in (1, 9)   # plain_gemvt
+                 if isinstance(f.config, S.GemvtConfig)]
     for m in (1, 9, 17):
-        reach |= {S.instance_of(c, m, bool(d)) for c in S.DEFAULT_GEMV for d in (0, 1)}
-        reach |= {S.instance_of(c, m) for c in S.DEFAULT_GEMVZ}
-    # and each compressed config's cooperative-walk twin (WALK = 1, gemvz's last template argument), which prepare
-    # takes for a long worst row
-    reach |= {(k, (*a[:-1], 1)) for k, a in reach if k == "gemvz"}
-    assert _compiled() == reach
+        cfgs += [(c, m, bool(d)) for c in S.DEFAULT_GEMV for d in (0, 1)]
+        cfgs += [(c, m, False) for c in S.DEFAULT_GEMVZ]
+    # and each compressed config's cooperative-walk twin (coop_twin), which prepare takes for a long worst row
+    cfgs += [(S.coop_twin(c), m, d) for c, m, d in cfgs]
+    assert _compiled() == {S.instance_of(c, m, d) for c, m, d in cfgs}
 
 
 def test_build_check_catches_kernel_source_edited_outside_csrc(build_tree):
@@ -424,18 +427,22 @@ def test_table_literal_writes_each_row_as_the_config_type_its_fields_name():
         cfg, why = S.config_from_fields(r["config"])
         assert why is None, why
         checked.append((r["layer"], r["m"], cfg, r))
-    ns = {n: getattr(S, n) for n in ("GemvConfig", "GemvzConfig", "GemvtConfig")}
-    t = eval(build.table_literal("T", checked)[4:], ns)
-    assert [type(c).__name__ for c in t.values()] == ["GemvtConfig", "GemvzConfig", "GemvConfig"]
+    ring, why = S.config_from_fields(rows[0]["config"], path="compressed")   # the same fields in a compressed table
+    assert why is None
+    checked.append(("x", 8, ring, rows[0]))
+    ns = {n: getattr(S, n) for n in ("GemvConfig", "GemvzConfig", "GemvtConfig", "GemvtzConfig")}
+    t = eval(build.table_literal("T", {"h200": checked})[4:], ns)["h200"]
+    assert [type(c).__name__ for c in t.values()] == ["GemvtConfig", "GemvzConfig", "GemvConfig", "GemvtzConfig"]
     assert t[("x", 1)] == S.GemvtConfig(nw=4, s=2, st=8, ka=2, pdl=1, cl=2)
     assert t[("x", 4)] == S.GemvConfig(nw=4, s=1, u=1, r=1, loop=1, mb=2, pf=0)
+    assert t[("x", 8)] == S.GemvtzConfig(nw=4, s=2, st=8, ka=2, pdl=1, cl=2)
 
 
 def test_tune_paths_compiles_only_the_asked_path():
     import tune
     z = tune.instances([1], [False], ("compressed",))
     p = tune.instances([1], [False], ("plain",))
-    assert z and all(k == "gemvz" for k, _ in z) and p and all(k in ("gemv", "gemvt") for k, _ in p)
+    assert z and all(k in ("gemvz", "gemvtz") for k, _ in z) and p and all(k in ("gemv", "gemvt") for k, _ in p)
     assert any(k == "gemvt" for k, _ in p) and not any(k == "gemvt" for k, _ in tune.instances([1], [False], ("plain",),
                                                                                              tma=False))
     d = tune.instances([1], [True], ("compressed",))                  # the router: DUAL, always plain
@@ -600,7 +607,7 @@ def test_the_shape_match_needs_the_same_dtype_and_prefers_the_layers_own_rows():
 
 
 def test_table_shapes_literal_is_tables_shapes_json():
-    assert S.TABLE_SHAPES == {n: (d["N"], d["K"], d["dtype"]) for n, d in build.load_tables()[1].items()}
+    assert S.TABLE_SHAPES == {n: (d["N"], d["K"], d["dtype"]) for n, d in build.load_tables("h200")[1].items()}
 
 
 # ---- tune.py --shapes / --config: the user's layers ----------------------------------------------------------------
@@ -624,8 +631,7 @@ def test_a_model_config_gives_its_linear_layers():
 
 def _user_tables(tmp_path, monkeypatch):
     import shutil
-    for f in os.listdir(build.TABLES):
-        shutil.copy(os.path.join(build.TABLES, f), tmp_path / f)
+    shutil.copytree(build.TABLES, tmp_path, dirs_exist_ok=True)
     monkeypatch.setattr(build, "TABLES", str(tmp_path))
 
 
@@ -633,7 +639,7 @@ def test_user_layers_are_registered_once_and_a_clash_says_which(tmp_path, monkey
     _user_tables(tmp_path, monkeypatch)
     assert build.add_user_layers([("6144x4096", 6144, 4096)]) == ["6144x4096"]
     build.add_user_layers([("6144x4096", 6144, 4096)])                       # again: no second entry
-    layers = build.load_tables()[1]
+    layers = build.load_tables("h100")[1]
     assert layers["6144x4096"] == {"layer": "6144x4096", "N": 6144, "K": 4096, "dtype": "bf16"}
     assert sum(1 for d in build.load_json("shapes.json")["user_layers"] if d["layer"] == "6144x4096") == 1
     assert set(LAYERS) < set(layers)                                           # the scored layers stay
@@ -644,24 +650,27 @@ def test_user_layers_are_registered_once_and_a_clash_says_which(tmp_path, monkey
     assert '"6144x4096": (6144, 4096, "bf16"),' in text
 
 
-def test_tune_registers_shapes_and_configs_without_a_gpu(tmp_path, monkeypatch, capsys):
+def test_tune_without_a_gpu_checks_the_shapes_and_registers_nothing(tmp_path, monkeypatch, capsys):
     import json as _json
     import tune
     _user_tables(tmp_path, monkeypatch)
+    shapes = build.load_json("shapes.json")
     cfg = tmp_path / "config.json"
     cfg.write_text(_json.dumps(LLAMA3_8B))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert tune.main(["--shapes", "6144x4096,1000x4096", "--config", str(cfg)]) == 1   # registered, nothing timed
+    assert tune.main(["--shapes", "6144x4096,1000x4096", "--config", str(cfg)]) == 1   # checked, nothing timed
     out = capsys.readouterr().out
     assert "1000x4096 (1000 x 4096)" in out                          # N % 16 != 0: left out, and said so
-    names = {d["layer"] for d in build.load_json("shapes.json")["user_layers"]}
-    assert {"6144x4096", "Meta-Llama-3-8B.qkv", "Meta-Llama-3-8B.lm_head"} <= names and "1000x4096" not in names
+    assert "nothing written" in out
+    assert build.load_json("shapes.json") == shapes                  # registered only with their first rows
+    new = tune.user_layers(tune.argparse.Namespace(shapes="6144x4096", config=[str(cfg)]), pytest.fail)
+    assert {"6144x4096", "Meta-Llama-3-8B.qkv", "Meta-Llama-3-8B.lm_head"} <= {n for n, _, _ in new}
     with pytest.raises(SystemExit):
         tune.main(["--shapes", "6144by4096"])
 
 
 def test_exception_rate_limits_decide_per_m_and_say_why():
-    """EXC_RATE_LIMITS (measured break-even, FINDINGS 19): a weight between a shape's two limits is compressed at
+    """EXC_RATE_LIMITS (measured break-even, FINDINGS 8.5): a weight between a shape's two limits is compressed at
     m <= 8 and plain above, and plan_for's reason names the limit; the tuned shapes take their own limits."""
     for lims in (S.EXC_RATE_LIMITS, *S.EXC_RATE_LIMITS_BY_SHAPE.values()):
         (m_lo, r_lo), (m_hi, r_hi) = lims
@@ -702,7 +711,7 @@ def _zpack_rows(N, K, per_row):
 
 
 def test_a_row_with_many_exceptions_takes_the_cooperative_walk_and_a_long_chain_runs_plain():
-    """CAPR_LIMITS (tools/capr_probe.py, FINDINGS 22, 25): a worst row within an m range's limit keeps the per-row
+    """CAPR_LIMITS (tools/capr_probe.py, FINDINGS 10.5, 10.6): a worst row within an m range's limit keeps the per-row
     walk; over it, the cooperative walk (walk = 1) while the CTA's entries dealt to 32 lanes stay within the limit,
     and the describe() reason says so; where even that chain is over it, the m range runs plain and the reason names
     the limit. The trained-looking capr of the scored shapes (4-21) is far below both limits."""
@@ -732,7 +741,7 @@ def test_a_row_with_many_exceptions_takes_the_cooperative_walk_and_a_long_chain_
 
 
 def test_plain_bf16_at_m_up_to_16_takes_gemvt_where_the_gemv_rule_underfills_or_does_not_fit():
-    """plain_gemvt (FINDINGS 25): at m <= 16 gemvt where the PLANNER rule's gemv has fewer than two CTAs an SM or no
+    """plain_gemvt (FINDINGS 13.6): at m <= 16 gemvt where the PLANNER rule's gemv has fewer than two CTAs an SM or no
     config at all, never under PLAIN_GEMVT_MIN_BYTES, gemv elsewhere. The gemvt pick is the m = 17..32 model's
     cheapest that fits, compiled at the m's NB, and describe()'s reason names the rule."""
     compiled = _compiled()
@@ -794,12 +803,26 @@ def test_planner_targets_its_rules_cta_count():
     # exactly on the target, with S = 4
     for rule in S.PLANNER:
         base, m = rule.config, rule.m_max
-        rows = 16 * base.r
+        rows = S.rows_per_cta(base)
         N, K = rows * (rule.ctas // 4), 16384
-        cfg, why = S.planner_rule(N, K, m, rule.path, rule.dual)    # (planner_config may take gemvt: plain_gemvt)
+        card = (rule.cards or ("h200",))[0]
+        cfg, why = S.planner_rule(N, K, m, rule.path, rule.dual, card)   # (planner_config may take gemvt: plain_gemvt)
         assert cfg is not None and cfg._replace(s=1, cl=0) == base._replace(s=1, cl=0), (rule, cfg, why)
         assert N // rows * cfg.s == rule.ctas and cfg.s == 4, (rule, cfg)
         assert f"-> {rule.ctas} CTAs" in why
+
+
+def test_a_planner_rule_of_some_cards_serves_only_those_cards(monkeypatch):
+    # a rule names the cards whose timings it rests on; elsewhere the planner goes on to the next rule or the default
+    rule = S.PlannerRule("compressed", False, 32, S.GemvtzConfig(nw=4, s=1, st=6, ka=2), 132, "test", ("h100",))
+    assert S.planner_serves(rule, 32, "h100") and not S.planner_serves(rule, 32, "h200")
+    assert not S.planner_serves(rule, 16, "h100")                     # its own token blocks only
+    monkeypatch.setattr(S, "PLANNER", S.PLANNER + (rule,))
+    c, why = S.planner_rule(8192, 4096, 32, "compressed", False, "h100")
+    assert isinstance(c, S.GemvtzConfig) and c.s == 1 and "128 CTAs" in why     # 128 row tiles: one wave at S = 1
+    c, why = S.planner_rule(2304, 8192, 32, "compressed", False, "h100")
+    assert c.s == 3, (c, why)                                          # 36 tiles: S = 3 is the largest within 132
+    assert S.planner_rule(8192, 4096, 32, "compressed", False, "h200")[0] is None
 
 
 PLAN_GRIDS = [os.path.join(ROOT, "results", f) for f in ("plangrid-2026-12-02-s19call1.json",      # even splits
@@ -862,7 +885,7 @@ def test_cost_model_prices_more_bytes_higher_and_stays_in_its_fitted_splits():
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_planner_alone_reproduces_the_tuned_family_of_the_scored_shapes(name):
     """--no-tables: with the tables ignored, every scored (layer, m) takes the path and kernel its tuned row takes (the
-    router also its split); the config within that kernel is the planner's (FINDINGS 21, 22)."""
+    router also its split); the config within that kernel is the planner's (FINDINGS 13.2, 13.3)."""
     d = LAYERS[name]
     dual = d["dtype"] == "fp32"
     none = {}

@@ -1,6 +1,6 @@
-"""Lab 6 (gemvt_kernel (GemvtConfig): pack_tma, the 128-byte swizzle, the x box, the kernel in miniature) runs, agrees
-with submission.pack_tma, gemvt_smem / gemvt_misfit and judge.check_close, and its negative cases fail (CPU only:
-MUSE_BUILD=0)."""
+"""Lab 6 (gemvt_kernel (GemvtConfig): pack_tma, the 128-byte swizzle, the x box, the kernel in miniature; part 4:
+gemvtz_kernel, pack_z's 12-bit stream in the ring with x permuted) runs, agrees with submission.pack_tma, gemvt_smem /
+gemvt_misfit and judge.check_close, and its negative cases fail (CPU only: MUSE_BUILD=0)."""
 import os
 
 os.environ.setdefault("MUSE_BUILD", "0")   # before importing submission: no CUDA build on a CPU machine
@@ -67,7 +67,21 @@ def test_lab6_runs_and_prints_its_verifications(lab6_run):
         "verified: negative: tiles packed without the XOR fail the SPEC check",
     ))
     assert "MISMATCH" not in lab6_run.stdout
-    assert "Part 4" not in lab6_run.stdout and "gemvtz" not in lab6_run.stdout    # removed with gemvtz_kernel
+
+
+def test_lab6_part4_prints_the_gemvtz_verifications(lab6_run):
+    _assert_printed(lab6_run, (
+        "# Part 4: gemvtz_kernel",
+        "verified: tz_k: the 4 k16 steps x 16 columns of register A hold each natural k of the 64-group once",
+        "verified: M=32 NW=8 KA=2: boxes at groups 6..7 permuted by each warpgroup (permute_x, 128 jobs)",
+        "verified: negative: no transpose (chunks copied as they are) gives wrong B in every token row",
+        "verified: negative: the transpose without the XOR swizzle gives wrong B in exactly the token rows with n & 3",
+        "verified: NW=8 KA=2: the stage image's W part",
+        "verified: gemvtz_emulate trained-looking + planted M=9 NW=8 KA=2 S=3: within the SPEC tolerance",
+        "verified: gemvtz_emulate row-scaled M=32 NW=8 KA=2 S=3: within the SPEC tolerance",
+        "verified: negative: gemvtz_emulate M=9 NW=8 KA=2 S=3 with the corrections left out fails the SPEC check",
+        "verified: probe on exception column 1 (NW=4 KA=1 S=3): y[5] == W[:, 1] bit for bit",
+    ))
 
 
 # ---- pack_tma ----------------------------------------------------------------------------------------
@@ -268,3 +282,211 @@ def test_gemv_misfit_refuses_loops_it_lacks_and_instance_of_names_gemvt():
     for m, nb in ((1, 1), (8, 1), (9, 2), (16, 2), (17, 4), (32, 4)):
         assert submission.instance_of(c, m) == ("gemvt", (8, 6, nb, 2)), m
     assert submission.instance_of(submission.GemvConfig(4, 2, 4, 1, 0, 1, 0), 32)[0] == "gemv"
+
+
+# ---- gemvtz_kernel in miniature (lab 6 part 4): pack_z's stream in the ring, x permuted, A from registers ----------
+def _natural_k(fi, kappa):
+    """unpackz_kernel's k of the element that register A's column kappa of k16 step fi holds, written from the two
+    maps separately (not lab6.tz_k): kappa = 2 t + 8 (j >> 2) + (j & 1) (wgmma's A), k = 32 (fi >> 1) + 8 t
+    + 4 (fi & 1) + 2 (j >> 2) + (j & 1) (unpackz_kernel)."""
+    for t in range(4):
+        for j in range(8):
+            if 2 * t + 8 * (j >> 2) + (j & 1) == kappa:
+                return 32 * (fi >> 1) + 8 * t + 4 * (fi & 1) + 2 * (j >> 2) + (j & 1)
+    raise AssertionError(kappa)
+
+
+def _planted(N, K, seed):
+    return lab6.planted_np(N, K, 21, lab6.tz_plants(N, K, seed=seed))
+
+
+def _zargs(W):
+    z = lab6.lab3.pack_z_np(W)
+    return z, (z["stream"], z["zbase"], z["eptr"], z["esc"])
+
+
+def test_tz_k_is_unpackz_map_read_through_wgmma_a_layout():
+    got = [[int(lab6.tz_k(fi, kappa)) for kappa in range(16)] for fi in range(4)]
+    assert got == [[_natural_k(fi, kappa) for kappa in range(16)] for fi in range(4)]
+    assert sorted(sum(got, [])) == list(range(64))
+    for ln in range(32):                           # lab 3's fragment map (pack_z's layout) agrees with both
+        for fi in range(4):
+            for j in range(8):
+                kappa = 2 * (ln & 3) + 8 * (j >> 2) + (j & 1)
+                assert lab6.lab3.frag_pos(ln, fi, j) == ((ln >> 2) + 8 * ((j >> 1) & 1), _natural_k(fi, kappa))
+
+
+@pytest.mark.parametrize("M,nw,ka,gs", [(1, 4, 1, 0), (5, 8, 2, 2), (9, 4, 2, 6), (16, 8, 1, 7), (17, 4, 1, 3),
+                                        (32, 8, 2, 4)])
+def test_gemvtz_x_permutation_pairs_fragments_with_x(M, nw, ka, gs):
+    K = 512
+    x = lab6.x_codes(M, K)                          # x[n][k] = n << 10 | k: every value names its place
+    nb = lab6.nb_of(M)
+    NT, XB = 8 * nb, 8 * nb * 128
+    smem, STAGE = lab6.tz_stage(np.zeros((nw, K // 64, 1536), np.uint8), x, 0, nw, ka, gs)
+    for g in range(nw // 4):                        # every warpgroup's own permuted buffer
+        xp = STAGE + g * ka * XB
+        assert xp % 1024 == 0
+        for a in range(ka):
+            for fi in range(4):
+                B = lab6.desc_read(smem, lab6.wg_desc(xp + a * XB + 32 * fi), NT)
+                for n in range(NT):
+                    for kappa in range(16):
+                        want = x[n, 64 * (gs + a) + _natural_k(fi, kappa)] if n < M else 0
+                        assert B[n, kappa] == want, (g, a, fi, n, kappa)
+
+
+def test_gemvtz_without_transpose_fails():
+    M, K, ka, gs = 32, 512, 2, 2
+    x = lab6.x_codes(M, K)
+    want = lab6.tz_x_want(x, gs, 4, ka)
+    stream0 = np.zeros((4, K // 64, 1536), np.uint8)
+    smem, STAGE = lab6.tz_stage(stream0, x, 0, 4, ka, gs, transpose=False)
+    bad = lab6.tz_b_tiles(smem, STAGE, 32, ka) != want
+    assert bad.any(axis=(0, 1, 3)).all()            # every token row wrong
+    assert bad.mean() == 0.75                       # only the words with t == q land where they should
+    N = 128
+    W = _planted(N, K, 1)
+    _, args = _zargs(W)
+    xv = lab6.bf16_normal(np.random.default_rng(2), (5, K))
+    ok, worst = lab6.check_close_np(lab6.gemvtz_emulate(*args, xv, N, K, 4, 1, 2, transpose=False), _ref(xv, W))
+    assert not ok and worst > 1
+
+
+def test_gemvtz_transpose_without_xor_fails_in_rows_not_multiple_of_4():
+    M, K, ka, gs = 32, 512, 1, 5
+    x = lab6.x_codes(M, K)
+    smem, STAGE = lab6.tz_stage(np.zeros((4, K // 64, 1536), np.uint8), x, 0, 4, ka, gs, xor=False)
+    bad = (lab6.tz_b_tiles(smem, STAGE, 32, ka) != lab6.tz_x_want(x, gs, 4, ka)).any(axis=(0, 1, 3))
+    # XOR with n & 7 = 4 swaps the two 32-k halves only, and the transpose never mixes them: those rows come out right
+    assert np.flatnonzero(bad).tolist() == [n for n in range(32) if n & 3]
+    N = 128
+    W = _planted(N, K, 1)
+    _, args = _zargs(W)
+    xv = lab6.bf16_normal(np.random.default_rng(3), (9, K))
+    ok, _ = lab6.check_close_np(lab6.gemvtz_emulate(*args, xv, N, K, 4, 1, 2, xor=False), _ref(xv, W))
+    assert not ok
+
+
+@pytest.mark.parametrize("nw,ka,rg,gs", [(4, 1, 0, 0), (4, 2, 1, 6), (8, 1, 1, 3), (8, 2, 0, 2)])
+def test_gemvtz_fragments_are_decoded_weights_at_permuted_k(nw, ka, rg, gs):
+    N, K = 256, 512
+    W = _planted(N, K, 4)
+    z, _ = _zargs(W)
+    V = lab6.lab3.unpack_z_np(z["stream"], z["zbase"], N, K)        # lab 3's decoder: v, corrections not applied
+    x = lab6.x_codes(3, K)
+    smem, STAGE = lab6.tz_stage(z["stream"], x, rg, nw, ka, gs)
+    XB = 1024
+    assert np.array_equal(smem[ka * XB:STAGE].reshape(nw, ka, 1536), z["stream"][rg * nw:(rg + 1) * nw, gs:gs + ka])
+    zB = lab6.lab3.zrow_word(z["zbase"], 16 * (rg * nw + np.arange(nw))[:, None], (np.arange(32) >> 2)[None, :])
+    f = lab6.tz_fragments(smem, ka * XB, zB, nw, ka)
+    rows = 16 * nw * rg + np.arange(16 * nw)
+    for a in range(ka):
+        for fi in range(4):
+            A = lab6.rs_a_tiles(f[a][fi]).reshape(16 * nw, 16)           # warpgroup g's 64 rows, then g + 1's
+            ks = [64 * (gs + a) + _natural_k(fi, kappa) for kappa in range(16)]
+            assert np.array_equal(A, V[rows][:, ks]), (a, fi)
+
+
+def test_gemvtz_stage_is_written_whole_and_1024_aligned():
+    for nw in (4, 8):
+        for nb in (1, 2, 4):
+            for ka in (1, 2, 4):
+                assert lab6.tz_stage_bytes(nw, nb, ka) == ka * (8 * nb * 128 + nw * 1536)
+                assert lab6.tz_stage_bytes(nw, nb, ka) % 1024 == 0      # ring slots and the W part stay aligned
+    N, K = 128, 512
+    z, _ = _zargs(_planted(N, K, 1))
+    x = lab6.bf16_normal(np.random.default_rng(5), (17, K))
+    for nw, ka in ((4, 2), (8, 1)):
+        a = lab6.tz_stage(z["stream"], x, 0, nw, ka, 2, fill=0xFF)[0]
+        b = lab6.tz_stage(z["stream"], x, 0, nw, ka, 2, fill=0x00)[0]
+        assert np.array_equal(a, b)                 # no byte of the stage or of an xp buffer is left unwritten
+
+
+def test_gemvtz_stage_and_permuted_buffers_match_gemvtz_smem():
+    # gemvtz_smem: 1 KB slack + the ring of lab 6's stage images + 3 permuted x buffers (KA XB each) a warpgroup
+    if not hasattr(submission, "gemvtz_smem"):
+        pytest.skip("submission.py has no gemvtz_smem")
+    for nw in (4, 8):
+        for nb in (1, 2, 4):
+            for st, ka in ((1, 1), (4, 2), (6, 4)):
+                xp = 3 * (nw // 4) * ka * 8 * nb * 128
+                assert submission.gemvtz_smem(nw, st, nb, ka) == 1024 + st * lab6.tz_stage_bytes(nw, nb, ka) + xp
+
+
+@pytest.mark.parametrize("kind,N,K,M,nw,ka,s", [
+    ("planted", 128, 512, 1, 4, 1, 1),
+    ("planted", 256, 512, 9, 8, 2, 3),              # T = 4 steps over 3 CTAs: 1, 1, 2
+    ("planted", 128, 1024, 17, 4, 1, 3),            # T = 16: 5, 5, 6
+    ("planted", 256, 512, 32, 8, 1, 2),
+    ("planted", 128, 512, 16, 4, 2, 4),             # one step a CTA
+    ("row_scaled", 128, 512, 5, 4, 2, 3),
+    ("row_scaled", 256, 1024, 32, 8, 2, 3),
+])
+def test_gemvtz_emulation_within_spec_tolerance(kind, N, K, M, nw, ka, s):
+    W = _planted(N, K, N + K) if kind == "planted" else lab6.lab3.row_scaled_np(N, K, seed=M)
+    z, args = _zargs(W)
+    if kind == "planted":
+        assert 0.02 <= len({r for r, _, _ in lab6.tz_plants(N, K, seed=N + K)}) / N <= 0.07
+    x = lab6.bf16_normal(np.random.default_rng(N + M), (M, K))
+    y = lab6.gemvtz_emulate(*args, x, N, K, nw, ka, s)
+    ref = _ref(x, W)
+    ok, worst = lab6.check_close_np(y, ref)
+    assert ok, worst
+    judge.check_close(_bf16(y), torch.from_numpy(ref), False, f"lab6 gemvtz M={M} NW={nw} KA={ka} S={s}")
+
+
+def test_gemvtz_emulation_on_submission_pack_z_bytes():
+    # the kernel's own input: submission.pack_z's stream, windows and side table (byte-identical to lab 3's)
+    N, K, M = 256, 512, 9
+    W = _planted(N, K, 7)
+    zp = submission.pack_z(_bf16(W))
+    args = (zp.stream.numpy(), zp.zbase.numpy(), zp.eptr.numpy(), zp.esc.numpy())
+    x = lab6.bf16_normal(np.random.default_rng(8), (M, K))
+    y = lab6.gemvtz_emulate(*args, x, N, K, 8, 1, 3)
+    assert np.array_equal(y, lab6.gemvtz_emulate(*_zargs(W)[1], x, N, K, 8, 1, 3))
+    assert lab6.check_close_np(y, _ref(x, W))[0]
+
+
+def test_gemvtz_without_corrections_fails():
+    N, K, M = 128, 512, 5
+    W = _planted(N, K, 3)
+    z, args = _zargs(W)
+    assert z["n_exc"] > 0
+    x = lab6.bf16_normal(np.random.default_rng(9), (M, K))
+    ref = _ref(x, W)
+    assert lab6.check_close_np(lab6.gemvtz_emulate(*args, x, N, K, 4, 1, 2), ref)[0]
+    ok, worst = lab6.check_close_np(lab6.gemvtz_emulate(*args, x, N, K, 4, 1, 2, corrections=False), ref)
+    assert not ok and worst > 10
+    with pytest.raises(judge.CheckFailed):
+        judge.check_close(_bf16(lab6.gemvtz_emulate(*args, x, N, K, 4, 1, 2, corrections=False)),
+                          torch.from_numpy(ref), False, "no corrections")
+
+
+@pytest.mark.parametrize("nw,ka,s", [(4, 1, 1), (4, 1, 3), (8, 2, 2), (8, 1, 5)])
+def test_gemvtz_exception_probe_is_exact(nw, ka, s):
+    N, K = 256, 512
+    W = _planted(N, K, 6)
+    z, args = _zargs(W)
+    ks = [z["esc"][z["eptr"][r]:z["eptr"][r + 1], 0].tolist() for r in range(N)]
+    plants = lab6.tz_plants(N, K, seed=6)
+    zeros = [int(k) for r, k in zip(*np.nonzero(W == 0)) if k in ks[r]]
+    for k in [plants[0][1], plants[5][1], plants[-1][1]] + zeros[:1]:
+        rows = [r for r in range(N) if k in ks[r]]
+        assert rows
+        x = np.zeros((9, K), np.uint16)
+        x[5, k] = 0x3F80                            # 1.0 on one token
+        y = lab6.gemvtz_emulate(*args, x, N, K, nw, ka, s)
+        assert np.array_equal(y[5], W[:, k]), k     # v 1 + c 1 = fl(v + c) = W, every row
+        assert not y[np.arange(9) != 5].any()
+        y0 = lab6.gemvtz_emulate(*args, x, N, K, nw, ka, s, corrections=False)
+        assert np.flatnonzero(y0[5] != W[:, k]).tolist() == rows
+
+
+@pytest.mark.parametrize("N,K,M,nw,ka,s", [(128, 256, 1, 12, 1, 1), (96, 256, 1, 4, 1, 1), (256, 256, 1, 8, 3, 1),
+                                           (128, 256, 1, 4, 1, 5), (128, 256, 33, 4, 1, 1)])
+def test_gemvtz_emulate_refuses_configs_that_do_not_fit(N, K, M, nw, ka, s):
+    with pytest.raises(ValueError, match="does not fit"):
+        lab6.gemvtz_emulate(np.zeros((N // 16, K // 64, 1536), np.uint8), np.zeros(N, np.uint8),
+                            np.zeros(N + 1, np.int32), np.zeros((1, 2), np.int32), np.zeros((M, K), np.uint16),
+                            N, K, nw, ka, s)

@@ -44,7 +44,7 @@ import submission as S
 # macros whose builds return wrong results on purpose (timing only): the exception warp's corrections skipped; and the
 # router ablations of session 22 (FINDINGS 7.2): x fragments constants instead of loads, no split-K combine (CTA 0 of a
 # row group stores its own partials), no griddepcontrol.wait (no dependency on the previous launch)
-UNCHECKED = ("MUSE_SKIP_CORRECTIONS", "MUSE_ABL_NOX", "MUSE_ABL_NOCOMB", "MUSE_ABL_NOWAIT")
+UNCHECKED = ("MUSE_SKIP_CORRECTIONS", "MUSE_ABL_NOX", "MUSE_ABL_NOCOMB", "MUSE_ABL_NOWAIT", "MUSE_TZ_EMPTY")
 # one choice: variant (tuple of macro names), value of the swept field (None: no --field), preparation, x allocation
 # (None: the preparation's own x)
 Choice = collections.namedtuple("Choice", "variant value prep xalloc")

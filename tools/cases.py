@@ -1,6 +1,6 @@
 """The case and variant specs the tools share (ab, ncu_case, trace_chain).
 
-A case is 'layer:m[:plain|compressed][:gemv|gemvz|gemvt][:field=value...]': a scored layer (or a public-config shape of
+A case is 'layer:m[:plain|compressed][:gemv|gemvz|gemvt|gemvtz][:field=value...]': a scored layer (or a public-config shape of
 `judge.py --shapes public`, planned by the planner) at m, optionally forced onto one CUDA path, its planned config with
 fields replaced; a kernel family other than the plan's (e.g. 'qwen2-7b.down:1:plain:gemvt:nw=4:st=4:ka=2:s=3') takes a
 config of that family built from the fields, its defaults for the fields left out.
@@ -27,7 +27,7 @@ import submission as S  # noqa: E402
 
 CASE_FIELDS = ("wseed", "xseed", "bal")
 INSTRUMENTS_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc", "instruments.cuh")
-FAMILIES = {"gemv": S.GemvConfig, "gemvz": S.GemvzConfig, "gemvt": S.GemvtConfig}   # a case's kernel family token
+FAMILIES = {f.name: f.config for f in S.FAMILIES}   # a case's kernel family token
 # what a case plans at m, found on the CPU (planned): enough to compile its instantiation before any GPU work
 Planned = collections.namedtuple("Planned", "config N K m dual")
 
@@ -44,7 +44,7 @@ def parse(spec):
     wrong."""
     name, *rest = spec.split(":")
     if layer_spec(name) is None or not rest or not rest[0].isdigit():
-        raise SystemExit(f"case {spec!r}: expected 'layer:m[:plain|compressed][:gemv|gemvz|gemvt][:field=value...]' "
+        raise SystemExit(f"case {spec!r}: expected 'layer:m[:plain|compressed][:{'|'.join(FAMILIES)}][:field=value...]' "
                          f"with a layer in {', '.join(judge.LAYERS)} or a public shape in "
                          f"{', '.join(judge.SHAPE_SETS['public'])}")
     m, rest = int(rest[0]), rest[1:]

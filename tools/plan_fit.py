@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 os.environ.setdefault("MUSE_BUILD", "0")
 import submission as S  # noqa: E402
 
-FAMILY_OF_KIND = {"GemvzConfig": "gemvz", "GemvtConfig": "gemvt", "GemvConfig": "gemv"}
+FAMILY_OF_KIND = {f.config.__name__: f.name for f in S.FAMILIES}
 PIPE_TO_LOOP_MB = {0: (0, 0), 1: (1, 0), 2: (1, 2), 3: (0, 1), 4: (2, 0), 5: (2, 2)}
 MODELS_JSON = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tables", "plan_models.json")
 

@@ -37,7 +37,7 @@ END = "// ---- END GENERATED ----"
 # the loop style and occupancy bound an old PIPE stood for: PIPE -> (LOOP, MB)
 PIPE_TO_LOOP_MB = {0: (0, 0), 1: (1, 0), 2: (1, 2), 3: (0, 1), 4: (2, 0), 5: (2, 2)}
 LOOP_MB_TO_PIPE = {v: k for k, v in PIPE_TO_LOOP_MB.items()}
-FAMILIES = ("gemv", "gemvz", "gemvt")
+FAMILIES = tuple(f.name for f in sub.FAMILIES)   # the kernel table's family indices
 
 
 def load_version(rev):
@@ -108,10 +108,10 @@ def parse_extra(s):
         vals = [int(v) for v in args.split(",")]
     except ValueError:
         vals = []
-    n = {"gemv": 7, "gemvz": 7, "gemvt": 4}.get(kind)
+    n = {f.name: len(f.template) for f in sub.FAMILIES}.get(kind)
     if n is None or len(vals) != n:
         raise argparse.ArgumentTypeError(f"--extra {s!r}: expected gemv:NW,U,NB,R,DUAL,LOOP,MB, "
-                                         f"gemvz:NW,UG,NB,R,LOOP,MB,WALK or gemvt:NW,ST,NB,KA")
+                                         f"gemvz:NW,UG,NB,R,LOOP,MB,WALK, gemvt:NW,ST,NB,KA or gemvtz:NW,ST,NB,KA")
     if kind == "gemv":
         vals[4] = bool(vals[4])
     return kind, tuple(vals)

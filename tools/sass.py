@@ -78,7 +78,7 @@ def kernel_matches(name, inst, table_layout=True):
         if inst[0] == "none":
             return False
     kind, args = inst
-    base = {"gemv": "gemv_kernel", "gemvz": "gemvz_kernel", "gemvt": "gemvt_kernel"}[kind]
+    base = sub.family_named(kind).kernel
     tmpl = "".join("Lb1E" if v is True else "Lb0E" if v is False else f"Li{v}E" for v in args)
     return re.search(r"\d" + base + "I" + tmpl + "E", name) is not None
 
@@ -98,6 +98,31 @@ def exception_part(lines):
         return None
     b = next((i for i in range(acq[1], len(lines)) if re.search(r"BAR\.SYNC\S* 0x0\b", lines[i])), len(lines))
     return lines[acq[1]:b]
+
+
+def slot_reads_unused_at_release(lines):
+    """gemvtz_kernel's consumer stages: for every arrival that frees a ring slot (SYNCS.ARRIVE.TRANS64.A1T0 without a
+    byte count), the LDS.128 issued since the stage's wait (SYNCS.PHASECHK) whose destination registers no instruction
+    reads before that arrival: a slot handed back while such a load may still be in flight (FINDINGS 12.7). Returns
+    [(arrival line, [those loads])] for every arrival; an empty inner list is a safe one."""
+    ins = [re.sub(r"^/\*[0-9a-f]+\*/\s*", "", l).rstrip(" ;") for l in lines]
+    out = []
+    for ai, t in enumerate(ins):
+        if "SYNCS.ARRIVE.TRANS64.A1T0" not in t:
+            continue
+        waits = [i for i in range(ai) if "SYNCS.PHASECHK" in ins[i]]
+        if not waits:
+            continue
+        bad = []
+        for i in range(waits[-1], ai):
+            m = re.search(r"LDS\.128 R(\d+),", ins[i])
+            if not m:
+                continue
+            regs = [f"R{r}" for r in range(int(m.group(1)), int(m.group(1)) + 4)]
+            if not any(re.search(r"\b" + rg + r"\b", ins[j].split(" ", 1)[-1]) for j in range(i + 1, ai) for rg in regs):
+                bad.append(ins[i])
+        out.append((t, bad))
+    return out
 
 
 def summary(name, lines):
