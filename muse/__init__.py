@@ -11,11 +11,12 @@ with the generated tables and the CUDA source between rules.py and extension.py,
   call.py       kernel_fn and the cuBLAS fallback
   tuning.py     prepare(tune=True)
   api.py        prepare
+  nn.py         Linear (an nn.Linear drop-in), patch(model), the muse::gemv custom op (torch.compile, CUDA graphs)
 
 Each module imports what it uses from the others with `from .x import ...` (build.py drops those lines and checks
 that every such name is defined by an earlier module). `from ._generated import ...` names what build.py writes into
-the upload from tables/ and csrc/: CTABLE, ZTABLE, TABLE_SHAPES, PLAN_MODELS, KERNEL_SRC, BIND_SRC; there is no
+the upload from tables/ and csrc/: CARDS, CTABLES, ZTABLES, TABLE_SHAPES, PLAN_MODELS, KERNEL_SRC, BIND_SRC; there is no
 _generated.py. families.py and rules.py import nothing generated, and no torch: build.py imports them.
 """
-MODULES = ("families", "rules", "extension", "packing", "zformat", "planner", "layer", "call", "tuning", "api")
+MODULES = ("families", "rules", "extension", "packing", "zformat", "planner", "layer", "call", "tuning", "api", "nn")
 GENERATED_AFTER = "rules"     # the generated tables and CUDA source come right after this module
