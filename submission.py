@@ -21,14 +21,20 @@ All split K over S CTAs inside one launch (a ticket and a fixed-order sum, or a 
 programmatic dependent launch (PDL) so back-to-back calls overlap their fixed start-up cost. MUSE_PDL=0 turns PDL off.
 """
 import collections
+import fnmatch
 import functools
+import gc
 import hashlib
 import inspect
+import itertools
 import json
 import math
 import os
+import re
 import sys
 import time
+import types
+import weakref
 
 import torch
 
@@ -81,10 +87,13 @@ GemvConfig = collections.namedtuple("GemvConfig", "nw s u r loop mb pf pdl cl", 
 GemvzConfig = collections.namedtuple("GemvzConfig", "nw s ug r loop mb walk pf pdl cl", defaults=(1, 0))
 # gemvt_kernel<NW, ST, NB, KA> (csrc/gemvt.cuh)
 GemvtConfig = collections.namedtuple("GemvtConfig", "nw s st ka pdl cl", defaults=(1, 0))
+# gemvtz_kernel<NW, ST, NB, KA> (csrc/gemvtz.cuh): gemvt's fields; the 12-bit stream (pack_z's) instead of bf16 tiles
+GemvtzConfig = collections.namedtuple("GemvtzConfig", "nw s st ka pdl cl", defaults=(1, 0))
 
 # What each field means (README's config-field table is generated from this).
 FIELD_DOCS = {
-    "nw": "warps that stream the weights (gemvz: one exception warp more); gemvt: consumer warps, whole warpgroups",
+    "nw": "warps that stream the weights (gemvz: one exception warp more); gemvt / gemvtz: consumer warps, whole "
+          "warpgroups (gemvtz: one exception warp more)",
     "s": "CTAs a row group (split-K); their partials are summed in a fixed order",
     "u": "32-wide K blocks a warp loads per loop trip",
     "ug": "64-wide K groups a warp loads per loop trip",
@@ -136,10 +145,28 @@ def gemvt_cta_smem(cfg, m):
     return gemvt_smem(cfg.nw, cfg.st, nb_of(m), cfg.ka, cfg.s, cfg.cl) + 16 * cfg.st + 16
 
 
+def gemvtz_smem(nw, st, nb, ka, s=1, cl=0):
+    """gemvtz_kernel's dynamic shared memory (gemvtz_smem in csrc/gemvtz.cuh): 1 KB alignment slack, the ring of st
+    stages (ka x boxes of 8 nb tokens x 128 B, then nw row blocks x ka 64-groups of the 12-bit stream, 1536 B each),
+    three permuted x buffers a warpgroup, and with cl the leader's cbuf."""
+    return (1024 + st * ka * (8 * nb * 128 + nw * 1536) + 3 * (nw // 4) * ka * 8 * nb * 128 +
+            ((s - 1) * nw * nb * 32 * 16 if cl else 0))
+
+
+def gemvtz_cta_smem(cfg, m):
+    """All the shared memory of one gemvtz CTA of GemvtzConfig cfg at m: gemvtz_smem plus its static arrays (the
+    exception warp's ecorr and cooperative walk, coop_smem; the ring's mbarriers; the cluster mbarrier and ticket flag)."""
+    nb = nb_of(m)
+    return (gemvtz_smem(cfg.nw, cfg.st, nb, cfg.ka, cfg.s, cfg.cl) + cfg.nw * 16 * (nb * 8 + 1) * 4 +
+            coop_smem(cfg.nw, nb) + 16 * cfg.st + 32)
+
+
 def cta_smem(cfg, m):
     """The shared memory one CTA of cfg takes at m (what an SM must hold per resident CTA)."""
     if isinstance(cfg, GemvtConfig):
         return gemvt_cta_smem(cfg, m)
+    if isinstance(cfg, GemvtzConfig):
+        return gemvtz_cta_smem(cfg, m)
     z = isinstance(cfg, GemvzConfig)
     return smem_bytes(cfg.nw, nb_of(m), cfg.r, z, cfg.s, cfg.cl) + (coop_smem(cfg.r, nb_of(m)) if z and cfg.walk else 0)
 
@@ -228,10 +255,24 @@ def gemvt_misfit(cfg, N, K, m, dual=False):
     return _shared_misfit(cfg, cta_smem(cfg, m), hardware().smem_cta)
 
 
+def gemvtz_misfit(cfg, N, K, m, dual=False):
+    """Why a GemvtzConfig cannot run this shape, or None if it can: bf16 weights, one or two consumer warpgroups (16 nw
+    rows a CTA: nw 4 or 8), 1, 2 or 4 64-groups a stage, any S up to K / (64 ka), and the ring, the permuted x buffers
+    and the exception warp's arrays within the opt-in shared memory."""
+    if dual:
+        return "the compressed path takes bf16 weights only"
+    if cfg.nw not in (4, 8) or cfg.st < 1 or cfg.ka not in (1, 2, 4):
+        return f"gemvtz_kernel needs NW 4 or 8 (one or two warpgroups), st >= 1 and ka 1, 2 or 4: {cfg}"
+    if N % (16 * cfg.nw) or K % (64 * cfg.ka) or not 1 <= cfg.s <= K // (64 * cfg.ka):
+        return (f"gemvtz_kernel: N={N} not a multiple of 16*NW={16 * cfg.nw}, or K={K} not a multiple of "
+                f"64*KA={64 * cfg.ka}, or S={cfg.s} not in 1..K/(64*KA) (S need not divide K)")
+    return _shared_misfit(cfg, cta_smem(cfg, m), hardware().smem_cta)
+
+
 # ---- the families ------------------------------------------------------------------------------------------------
 # template: the kernel's template parameters in order, each (NAME, source): a config field, or "nb" (nb_of(m)) or
 # "dual" (fp32 weights, a bool). weights: what the kernel reads ("plain": pack_plain's w and w2; "z": pack_z's stream,
-# windows and side table; "tiles": pack_tma's tiles). letter: describe()'s short form, e.g. C(8,2,2).
+# windows and side table, which gemvz and gemvtz share; "tiles": pack_tma's tiles). letter: describe()'s short form, e.g. C(8,2,2).
 Family = collections.namedtuple("Family", "name kernel config template misfit weights letter short_fields")
 FAMILIES = (
     Family("gemv", "gemv_kernel", GemvConfig,
@@ -243,6 +284,9 @@ FAMILIES = (
     Family("gemvt", "gemvt_kernel", GemvtConfig,
            (("NW", "nw"), ("ST", "st"), ("NB", "nb"), ("KA", "ka")),
            gemvt_misfit, "tiles", "T", ("nw", "st", "ka")),
+    Family("gemvtz", "gemvtz_kernel", GemvtzConfig,
+           (("NW", "nw"), ("ST", "st"), ("NB", "nb"), ("KA", "ka")),
+           gemvtz_misfit, "z", "Y", ("nw", "st", "ka")),
 )
 FAMILY_OF = {f.config: f for f in FAMILIES}
 
@@ -259,10 +303,17 @@ def family_named(name):
     return next(f for f in FAMILIES if f.name == name)
 
 
-def family_of_fields(fields):
-    """The family a table row's or a cache entry's field dict is written for: the one whose distinctive field it holds
-    (st: gemvt, ug: gemvz), else gemv."""
-    return family_named("gemvt" if "st" in fields else "gemvz" if "ug" in fields else "gemv")
+def family_path(f):
+    """The path a family runs: 'compressed' for the families that read pack_z's stream, else 'plain'."""
+    return "compressed" if f.weights == "z" else "plain"
+
+
+def family_of_fields(fields, path=None):
+    """The family a table row's or a cache entry's field dict is written for: the first family whose config type has
+    every one of the fields, one of `path`'s ('plain' or 'compressed') first when given; gemv if none has. gemvt and
+    gemvtz have the same fields: a row of the compressed table is a gemvtz row, of the plain table a gemvt row."""
+    fits = [f for f in FAMILIES if set(fields) <= set(f.config._fields)]
+    return next((f for f in fits if path is None or family_path(f) == path), fits[0] if fits else FAMILIES[0])
 
 
 def template_args(cfg, m, dual=False):
@@ -300,9 +351,26 @@ def config_misfit(cfg, N, K, m, dual=False):
     return f.misfit(cfg, N, K, m, dual)
 
 
+def coop_twin(cfg):
+    """A per-row-walk gemvz config's twin with the cooperative walk (walk = 1, coop_walk); any other config (plain, a
+    ring, or already cooperative) as it is. The cooperative walk needs more registers: a twin of 16 streaming warps
+    keeps at most one CTA an SM by registers (mb <= 1; at mb = 2, 544 threads, ptxas spills it)."""
+    if not isinstance(cfg, GemvzConfig) or cfg.walk:
+        return cfg
+    return cfg._replace(walk=1, mb=min(cfg.mb, 1) if cfg.nw >= 16 else cfg.mb)
+
+
+RING_CONFIGS = (GemvtConfig, GemvtzConfig)   # the TMA-ring families: a CTA is 16 nw rows, one CTA an SM
+
+
+def rows_per_cta(cfg):
+    """Weight rows one CTA of cfg covers: 16 nw for the ring families, 16 r for the register kernels."""
+    return 16 * (cfg.nw if isinstance(cfg, RING_CONFIGS) else cfg.r)
+
+
 def kernel_name(cfg):
     """The kernel a config runs, for describe()."""
-    return family_of(cfg).kernel + (" (TMA ring)" if isinstance(cfg, GemvtConfig) else "")
+    return family_of(cfg).kernel + (" (TMA ring)" if isinstance(cfg, RING_CONFIGS) else "")
 
 
 def config_short(c):
@@ -316,14 +384,14 @@ def config_short(c):
     return f"{head} S={c.s}{f' cl={c.cl}' if c.s > 1 else ''}"
 
 
-def config_from_fields(fields, family=None):
+def config_from_fields(fields, family=None, path=None):
     """(config, None) from a table row's or a cache entry's field dict, or (None, why). The family is the one given,
-    else family_of_fields'. Every field must be the family's and an int (not a bool, not a string); fields left out
-    take the type's defaults."""
+    else family_of_fields' (of `path`'s families, when given). Every field must be the family's and an int (not a bool,
+    not a string); fields left out take the type's defaults."""
     if not isinstance(fields, dict):
         return None, f"config must be an object of fields, got {type(fields).__name__}"
     if family is None:
-        family = family_of_fields(fields)
+        family = family_of_fields(fields, path)
     cls = family.config
     unknown = sorted(set(fields) - set(cls._fields))
     if unknown:
@@ -415,7 +483,8 @@ DEFAULT_GEMVZ = (GemvzConfig(nw=4, s=1, ug=1, r=1, loop=1, mb=2, walk=0, pf=0),)
 # One kernel family per (path, dtype, m range): the instantiation the tuned rows of tables/ share in that range, and the
 # CTA count their S fills; for a new shape the rule keeps the family and picks the S whose grid comes closest to that
 # count (planner_rule). FINDINGS has the rows each rule was read from.
-PlannerRule = collections.namedtuple("PlannerRule", "path dual m_max config ctas source")
+# cards: the cards whose timings the rule rests on (None: every card); on another card the rule does not apply
+PlannerRule = collections.namedtuple("PlannerRule", "path dual m_max config ctas source cards", defaults=(None,))
 PLANNER = (
     PlannerRule("plain", False, 8, GemvConfig(nw=8, s=1, u=2, r=2, loop=0, mb=0, pf=0), 512,
                 "the tuned m <= 8 plain rows (o_proj, unpooler: 512 CTAs)"),
@@ -447,7 +516,7 @@ def plan_models_from_json(d, config_from_fields):
     for i, md in enumerate(d.get("models", [])):
         fams = []
         for j, fd in enumerate(md["families"]):
-            cfg, why = config_from_fields(fd["config"])
+            cfg, why = config_from_fields(fd["config"], None, md["path"])
             if why:
                 raise ValueError(f"tables/plan_models.json model {i} family {j}: {why}")
             fams.append(PlanFamily(cfg, int(fd["occ"]), float(fd["r"]), float(fd["R"]), float(fd["bw"])))
@@ -464,80 +533,142 @@ def reachable_instances(table_configs, models):
     each PLANNER rule at its m range's NB; the defaults at every NB (and DUAL); and every compressed config also with
     the cooperative exception walk, which prepare takes for a layer whose worst row is long (muse/zformat.py, walk_for).
     """
-    inst = {instance_of(c, m, dual) for c, m, dual in table_configs}
-    for rule in PLANNER:
-        inst.add(instance_of(rule.config, rule.m_max, rule.dual))
-    for model in models:
-        for fam in model.families:
-            for nb in ((1, 2, 4) if isinstance(fam.config, GemvtConfig) else (model.nb,)):
-                inst.add(instance_of(fam.config, 8 * nb, False))
-    for nb in (1, 2, 4):
-        for c in DEFAULT_GEMV:
-            for dual in (False, True):
-                inst.add(instance_of(c, 8 * nb, dual))
-        for c in DEFAULT_GEMVZ:
-            inst.add(instance_of(c, 8 * nb, False))
-    twins = {(k, a[:-1] + (1,)) for k, a in inst if k == "gemvz"}   # WALK is gemvz's last template parameter
-    return sorted(inst | twins)
+    cfgs = list(table_configs)
+    cfgs += [(rule.config, rule.m_max, rule.dual) for rule in PLANNER]
+    cfgs += [(fam.config, 8 * nb, False) for model in models for fam in model.families
+             for nb in ((1, 2, 4) if isinstance(fam.config, RING_CONFIGS) else (model.nb,))]
+    cfgs += [(c, 8 * nb, dual) for nb in (1, 2, 4) for c in DEFAULT_GEMV for dual in (False, True)]
+    cfgs += [(c, 8 * nb, False) for nb in (1, 2, 4) for c in DEFAULT_GEMVZ]
+    cfgs += [(coop_twin(c), m, dual) for c, m, dual in cfgs if isinstance(c, GemvzConfig)]
+    return sorted({instance_of(c, m, dual) for c, m, dual in cfgs})
 
 
-# ---- BEGIN GENERATED by build.py from tables/ctable.json: edit the table, not this ----
-CTABLE = {
-    ("router", 1): GemvConfig(nw=16, s=8, u=2, r=2, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 2.49 us, runner-up 2.82 us
-    ("router", 2): GemvConfig(nw=16, s=8, u=2, r=2, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 2.52 us, runner-up 2.84 us
-    ("router", 4): GemvConfig(nw=16, s=8, u=2, r=2, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 2.55 us, runner-up 2.88 us
-    ("router", 8): GemvConfig(nw=16, s=8, u=2, r=2, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 2.64 us, runner-up 3.07 us
-    ("router", 16): GemvConfig(nw=16, s=8, u=2, r=2, loop=0, mb=0, pf=1, pdl=1, cl=2),  # 3.18 us, runner-up 3.19 us
-    ("router", 32): GemvConfig(nw=8, s=8, u=1, r=1, loop=2, mb=0, pf=0, pdl=1, cl=2),  # 5.29 us, runner-up 5.29 us
-    ("qkv_gate", 1): GemvConfig(nw=4, s=4, u=4, r=1, loop=1, mb=0, pf=0, pdl=1, cl=2),  # 9.72 us, runner-up 9.87 us
-    ("qkv_gate", 2): GemvConfig(nw=4, s=4, u=4, r=1, loop=1, mb=0, pf=0, pdl=1, cl=2),  # 9.69 us, runner-up 9.78 us
-    ("qkv_gate", 4): GemvConfig(nw=8, s=8, u=2, r=2, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 9.86 us, runner-up 9.86 us
-    ("qkv_gate", 8): GemvtConfig(nw=4, s=6, st=4, ka=2, pdl=1, cl=2),  # 9.94 us, runner-up 9.95 us
-    ("qkv_gate", 16): GemvConfig(nw=4, s=4, u=4, r=1, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 10.13 us, runner-up 10.14 us
-    ("qkv_gate", 32): GemvtConfig(nw=4, s=3, st=4, ka=2, pdl=1, cl=2),  # 10.97 us, runner-up 11.06 us
-    ("o_proj", 1): GemvConfig(nw=8, s=2, u=2, r=2, loop=0, mb=0, pf=0, pdl=1, cl=2),  # 7.89 us, runner-up 8.21 us
-    ("o_proj", 2): GemvConfig(nw=8, s=2, u=2, r=2, loop=0, mb=0, pf=0, pdl=1, cl=2),  # 7.96 us, runner-up 8.36 us
-    ("o_proj", 4): GemvConfig(nw=8, s=2, u=2, r=2, loop=0, mb=0, pf=0, pdl=1, cl=2),  # 7.84 us, runner-up 8.29 us
-    ("o_proj", 8): GemvConfig(nw=8, s=2, u=2, r=2, loop=0, mb=0, pf=0, pdl=1, cl=2),  # 7.80 us, runner-up 8.36 us
-    ("o_proj", 16): GemvConfig(nw=4, s=2, u=2, r=2, loop=2, mb=0, pf=0, pdl=1, cl=2),  # 8.72 us, runner-up 8.75 us
-    ("o_proj", 32): GemvtConfig(nw=4, s=1, st=8, ka=2, pdl=1, cl=0),  # 9.72 us, runner-up 10.01 us
-    ("pooler", 1): GemvConfig(nw=16, s=1, u=4, r=2, loop=0, mb=1, pf=0, pdl=1, cl=0),  # 15.52 us, runner-up 15.62 us
-    ("pooler", 2): GemvConfig(nw=16, s=1, u=4, r=2, loop=0, mb=1, pf=0, pdl=1, cl=0),  # 15.55 us, runner-up 15.81 us
-    ("pooler", 4): GemvConfig(nw=16, s=1, u=4, r=2, loop=0, mb=1, pf=0, pdl=1, cl=0),  # 15.72 us, runner-up 15.97 us
-    ("pooler", 8): GemvtConfig(nw=4, s=2, st=12, ka=2, pdl=1, cl=2),  # 15.88 us, runner-up 15.97 us
-    ("pooler", 16): GemvConfig(nw=8, s=2, u=4, r=2, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 16.38 us, runner-up 16.58 us
-    ("pooler", 32): GemvtConfig(nw=4, s=2, st=8, ka=2, pdl=1, cl=2),  # 16.75 us, runner-up 17.24 us
-    ("unpooler", 1): GemvConfig(nw=8, s=2, u=2, r=2, loop=0, mb=0, pf=0, pdl=1, cl=2),  # 15.46 us, runner-up 15.52 us
-    ("unpooler", 2): GemvConfig(nw=8, s=2, u=2, r=2, loop=0, mb=0, pf=0, pdl=1, cl=2),  # 15.53 us, runner-up 15.55 us
-    ("unpooler", 4): GemvtConfig(nw=4, s=1, st=12, ka=2, pdl=1, cl=0),  # 15.45 us, runner-up 15.55 us
-    ("unpooler", 8): GemvtConfig(nw=4, s=1, st=12, ka=2, pdl=1, cl=0),  # 15.36 us, runner-up 15.45 us
-    ("unpooler", 16): GemvtConfig(nw=4, s=2, st=4, ka=2, pdl=1, cl=2),  # 16.11 us, runner-up 16.14 us
-    ("unpooler", 32): GemvtConfig(nw=4, s=1, st=8, ka=2, pdl=1, cl=0),  # 16.68 us, runner-up 17.06 us
+# ---- BEGIN GENERATED by build.py from tables/cards.json: edit the table, not this ----
+# the cards with tables: {card: (device name, SMs)}; a device that matches none takes the planner
+CARDS = {
+    "h200": ("NVIDIA H200", 132),
+    "h100": ("NVIDIA H100 80GB HBM3", 132),
 }
 # ---- END GENERATED ----
 
-# ---- BEGIN GENERATED by build.py from tables/ztable.json: edit the table, not this ----
-ZTABLE = {
-    ("qkv_gate", 1): GemvzConfig(nw=8, s=4, ug=1, r=2, loop=0, mb=0, walk=0, pf=0, pdl=1, cl=2),  # 8.17 us, runner-up 8.32 us
-    ("qkv_gate", 2): GemvzConfig(nw=8, s=4, ug=1, r=2, loop=0, mb=0, walk=0, pf=0, pdl=1, cl=2),  # 8.14 us, runner-up 8.30 us
-    ("qkv_gate", 4): GemvzConfig(nw=8, s=4, ug=1, r=2, loop=0, mb=0, walk=0, pf=0, pdl=1, cl=2),  # 8.16 us, runner-up 8.30 us
-    ("qkv_gate", 8): GemvzConfig(nw=8, s=4, ug=1, r=2, loop=0, mb=0, walk=0, pf=0, pdl=1, cl=2),  # 8.36 us, runner-up 8.53 us
-    ("qkv_gate", 16): GemvzConfig(nw=4, s=4, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, pdl=1, cl=2),  # 9.21 us, runner-up 9.22 us
-    ("o_proj", 1): GemvzConfig(nw=8, s=1, ug=2, r=2, loop=0, mb=1, walk=0, pf=0, pdl=1, cl=0),  # 6.41 us, runner-up 6.49 us
-    ("o_proj", 2): GemvzConfig(nw=8, s=1, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, pdl=1, cl=0),  # 6.63 us, runner-up 6.66 us
-    ("o_proj", 4): GemvzConfig(nw=8, s=1, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, pdl=1, cl=0),  # 6.56 us, runner-up 6.60 us
-    ("o_proj", 8): GemvzConfig(nw=8, s=1, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, pdl=1, cl=0),  # 6.56 us, runner-up 6.58 us
-    ("o_proj", 16): GemvzConfig(nw=4, s=1, ug=2, r=2, loop=1, mb=2, walk=0, pf=0, pdl=1, cl=0),  # 7.39 us, runner-up 7.43 us
-    ("pooler", 1): GemvzConfig(nw=16, s=1, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, pdl=1, cl=0),  # 12.58 us, runner-up 12.62 us
-    ("pooler", 2): GemvzConfig(nw=16, s=1, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, pdl=1, cl=0),  # 12.52 us, runner-up 12.72 us
-    ("pooler", 4): GemvzConfig(nw=16, s=1, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, pdl=1, cl=0),  # 12.52 us, runner-up 12.74 us
-    ("pooler", 8): GemvzConfig(nw=16, s=1, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, pdl=1, cl=0),  # 12.72 us, runner-up 12.81 us
-    ("pooler", 16): GemvzConfig(nw=4, s=2, ug=2, r=2, loop=1, mb=0, walk=0, pf=0, pdl=1, cl=2),  # 13.93 us, runner-up 13.94 us
-    ("unpooler", 1): GemvzConfig(nw=8, s=1, ug=1, r=2, loop=2, mb=2, walk=0, pf=0, pdl=1, cl=0),  # 12.37 us, runner-up 12.39 us
-    ("unpooler", 2): GemvzConfig(nw=8, s=1, ug=1, r=2, loop=2, mb=2, walk=0, pf=0, pdl=1, cl=0),  # 12.41 us, runner-up 12.51 us
-    ("unpooler", 4): GemvzConfig(nw=8, s=1, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, pdl=1, cl=0),  # 12.40 us, runner-up 12.45 us
-    ("unpooler", 8): GemvzConfig(nw=8, s=1, ug=1, r=2, loop=2, mb=2, walk=0, pf=0, pdl=1, cl=0),  # 12.55 us, runner-up 12.62 us
-    ("unpooler", 16): GemvzConfig(nw=4, s=1, ug=2, r=2, loop=1, mb=2, walk=0, pf=0, pdl=1, cl=0),  # 13.64 us, runner-up 13.77 us
+# ---- BEGIN GENERATED by build.py from tables/<card>/ctable.json: edit the tables, not this ----
+CTABLES = {
+    "h200": {
+        ("router", 1): GemvConfig(nw=16, s=8, u=2, r=2, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 2.49 us, runner-up 2.82 us
+        ("router", 2): GemvConfig(nw=16, s=8, u=2, r=2, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 2.52 us, runner-up 2.84 us
+        ("router", 4): GemvConfig(nw=16, s=8, u=2, r=2, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 2.55 us, runner-up 2.88 us
+        ("router", 8): GemvConfig(nw=16, s=8, u=2, r=2, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 2.64 us, runner-up 3.07 us
+        ("router", 16): GemvConfig(nw=16, s=8, u=2, r=2, loop=0, mb=0, pf=1, pdl=1, cl=2),  # 3.18 us, runner-up 3.19 us
+        ("router", 32): GemvConfig(nw=8, s=8, u=1, r=1, loop=2, mb=0, pf=0, pdl=1, cl=2),  # 5.29 us, runner-up 5.29 us
+        ("qkv_gate", 1): GemvConfig(nw=4, s=4, u=4, r=1, loop=1, mb=0, pf=0, pdl=1, cl=2),  # 9.72 us, runner-up 9.87 us
+        ("qkv_gate", 2): GemvConfig(nw=4, s=4, u=4, r=1, loop=1, mb=0, pf=0, pdl=1, cl=2),  # 9.69 us, runner-up 9.78 us
+        ("qkv_gate", 4): GemvConfig(nw=8, s=8, u=2, r=2, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 9.86 us, runner-up 9.86 us
+        ("qkv_gate", 8): GemvtConfig(nw=4, s=6, st=4, ka=2, pdl=1, cl=2),  # 9.94 us, runner-up 9.95 us
+        ("qkv_gate", 16): GemvConfig(nw=4, s=4, u=4, r=1, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 10.13 us, runner-up 10.14 us
+        ("qkv_gate", 32): GemvtConfig(nw=4, s=3, st=4, ka=2, pdl=1, cl=2),  # 10.97 us, runner-up 11.06 us
+        ("o_proj", 1): GemvConfig(nw=8, s=2, u=2, r=2, loop=0, mb=0, pf=0, pdl=1, cl=2),  # 7.89 us, runner-up 8.21 us
+        ("o_proj", 2): GemvConfig(nw=8, s=2, u=2, r=2, loop=0, mb=0, pf=0, pdl=1, cl=2),  # 7.96 us, runner-up 8.36 us
+        ("o_proj", 4): GemvConfig(nw=8, s=2, u=2, r=2, loop=0, mb=0, pf=0, pdl=1, cl=2),  # 7.84 us, runner-up 8.29 us
+        ("o_proj", 8): GemvConfig(nw=8, s=2, u=2, r=2, loop=0, mb=0, pf=0, pdl=1, cl=2),  # 7.80 us, runner-up 8.36 us
+        ("o_proj", 16): GemvConfig(nw=4, s=2, u=2, r=2, loop=2, mb=0, pf=0, pdl=1, cl=2),  # 8.72 us, runner-up 8.75 us
+        ("o_proj", 32): GemvtConfig(nw=4, s=1, st=8, ka=2, pdl=1, cl=0),  # 9.72 us, runner-up 10.01 us
+        ("pooler", 1): GemvConfig(nw=16, s=1, u=4, r=2, loop=0, mb=1, pf=0, pdl=1, cl=0),  # 15.52 us, runner-up 15.62 us
+        ("pooler", 2): GemvConfig(nw=16, s=1, u=4, r=2, loop=0, mb=1, pf=0, pdl=1, cl=0),  # 15.55 us, runner-up 15.81 us
+        ("pooler", 4): GemvConfig(nw=16, s=1, u=4, r=2, loop=0, mb=1, pf=0, pdl=1, cl=0),  # 15.72 us, runner-up 15.97 us
+        ("pooler", 8): GemvtConfig(nw=4, s=2, st=12, ka=2, pdl=1, cl=2),  # 15.88 us, runner-up 15.97 us
+        ("pooler", 16): GemvConfig(nw=8, s=2, u=4, r=2, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 16.38 us, runner-up 16.58 us
+        ("pooler", 32): GemvtConfig(nw=4, s=2, st=8, ka=2, pdl=1, cl=2),  # 16.75 us, runner-up 17.24 us
+        ("unpooler", 1): GemvConfig(nw=8, s=2, u=2, r=2, loop=0, mb=0, pf=0, pdl=1, cl=2),  # 15.46 us, runner-up 15.52 us
+        ("unpooler", 2): GemvConfig(nw=8, s=2, u=2, r=2, loop=0, mb=0, pf=0, pdl=1, cl=2),  # 15.53 us, runner-up 15.55 us
+        ("unpooler", 4): GemvtConfig(nw=4, s=1, st=12, ka=2, pdl=1, cl=0),  # 15.45 us, runner-up 15.55 us
+        ("unpooler", 8): GemvtConfig(nw=4, s=1, st=12, ka=2, pdl=1, cl=0),  # 15.36 us, runner-up 15.45 us
+        ("unpooler", 16): GemvtConfig(nw=4, s=2, st=4, ka=2, pdl=1, cl=2),  # 16.11 us, runner-up 16.14 us
+        ("unpooler", 32): GemvtConfig(nw=4, s=1, st=8, ka=2, pdl=1, cl=0),  # 16.68 us, runner-up 17.06 us
+    },
+    "h100": {
+        ("router", 1): GemvConfig(nw=16, s=8, u=2, r=2, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 3.06 us, runner-up 3.34 us
+        ("router", 2): GemvConfig(nw=16, s=8, u=2, r=2, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 3.06 us, runner-up 3.33 us
+        ("router", 4): GemvConfig(nw=16, s=8, u=2, r=2, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 3.09 us, runner-up 3.32 us
+        ("router", 8): GemvConfig(nw=16, s=8, u=2, r=2, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 3.15 us, runner-up 3.48 us
+        ("router", 16): GemvConfig(nw=16, s=8, u=2, r=2, loop=0, mb=0, pf=0, pdl=1, cl=2),  # 3.57 us, runner-up 3.59 us
+        ("router", 32): GemvConfig(nw=8, s=4, u=4, r=2, loop=0, mb=0, pf=1, pdl=1, cl=2),  # 5.61 us, runner-up 5.62 us
+        ("qkv_gate", 1): GemvConfig(nw=4, s=4, u=4, r=1, loop=1, mb=0, pf=0, pdl=1, cl=2),  # 12.46 us, runner-up 12.49 us
+        ("qkv_gate", 2): GemvtConfig(nw=4, s=6, st=4, ka=2, pdl=1, cl=2),  # 12.41 us, runner-up 12.48 us
+        ("qkv_gate", 4): GemvtConfig(nw=4, s=6, st=4, ka=2, pdl=1, cl=2),  # 12.42 us, runner-up 12.44 us
+        ("qkv_gate", 8): GemvtConfig(nw=4, s=6, st=4, ka=2, pdl=1, cl=2),  # 12.43 us, runner-up 12.46 us
+        ("qkv_gate", 16): GemvConfig(nw=4, s=4, u=4, r=1, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 12.51 us, runner-up 12.96 us
+        ("qkv_gate", 32): GemvtConfig(nw=4, s=3, st=8, ka=2, pdl=1, cl=2),  # 13.58 us, runner-up 13.66 us
+        ("o_proj", 1): GemvConfig(nw=4, s=2, u=4, r=2, loop=0, mb=1, pf=0, pdl=1, cl=2),  # 10.67 us, runner-up 10.72 us
+        ("o_proj", 2): GemvConfig(nw=8, s=1, u=2, r=2, loop=2, mb=0, pf=0, pdl=1, cl=0),  # 10.73 us, runner-up 10.82 us
+        ("o_proj", 4): GemvConfig(nw=8, s=1, u=2, r=2, loop=2, mb=0, pf=0, pdl=1, cl=0),  # 10.75 us, runner-up 10.84 us
+        ("o_proj", 8): GemvConfig(nw=4, s=2, u=2, r=2, loop=2, mb=2, pf=0, pdl=1, cl=2),  # 10.86 us, runner-up 10.87 us
+        ("o_proj", 16): GemvConfig(nw=4, s=2, u=2, r=2, loop=2, mb=0, pf=0, pdl=1, cl=2),  # 11.47 us, runner-up 11.48 us
+        ("o_proj", 32): GemvtConfig(nw=4, s=1, st=8, ka=2, pdl=1, cl=0),  # 12.20 us, runner-up 12.50 us
+        ("pooler", 1): GemvtConfig(nw=4, s=2, st=12, ka=2, pdl=1, cl=2),  # 21.19 us, runner-up 21.25 us
+        ("pooler", 2): GemvtConfig(nw=4, s=2, st=12, ka=2, pdl=1, cl=2),  # 21.30 us, runner-up 21.31 us
+        ("pooler", 4): GemvConfig(nw=16, s=1, u=4, r=2, loop=0, mb=1, pf=0, pdl=1, cl=0),  # 21.30 us, runner-up 21.33 us
+        ("pooler", 8): GemvtConfig(nw=4, s=2, st=12, ka=2, pdl=1, cl=2),  # 21.32 us, runner-up 21.41 us
+        ("pooler", 16): GemvtConfig(nw=4, s=2, st=8, ka=2, pdl=1, cl=2),  # 21.75 us, runner-up 21.79 us
+        ("pooler", 32): GemvtConfig(nw=4, s=2, st=8, ka=2, pdl=1, cl=2),  # 22.01 us, runner-up 22.38 us
+        ("unpooler", 1): GemvtConfig(nw=4, s=1, st=12, ka=2, pdl=1, cl=0),  # 21.05 us, runner-up 21.14 us
+        ("unpooler", 2): GemvtConfig(nw=4, s=1, st=12, ka=2, pdl=1, cl=0),  # 21.17 us, runner-up 21.22 us
+        ("unpooler", 4): GemvtConfig(nw=4, s=1, st=12, ka=2, pdl=1, cl=0),  # 21.17 us, runner-up 21.19 us
+        ("unpooler", 8): GemvtConfig(nw=4, s=1, st=8, ka=2, pdl=1, cl=0),  # 21.18 us, runner-up 21.19 us
+        ("unpooler", 16): GemvtConfig(nw=4, s=1, st=8, ka=2, pdl=1, cl=0),  # 21.36 us, runner-up 21.51 us
+        ("unpooler", 32): GemvtConfig(nw=4, s=1, st=8, ka=2, pdl=1, cl=0),  # 22.19 us, runner-up 22.54 us
+    },
+}
+# ---- END GENERATED ----
+
+# ---- BEGIN GENERATED by build.py from tables/<card>/ztable.json: edit the tables, not this ----
+ZTABLES = {
+    "h200": {
+        ("qkv_gate", 1): GemvzConfig(nw=8, s=4, ug=1, r=2, loop=0, mb=0, walk=0, pf=0, pdl=1, cl=2),  # 8.17 us, runner-up 8.32 us
+        ("qkv_gate", 2): GemvzConfig(nw=8, s=4, ug=1, r=2, loop=0, mb=0, walk=0, pf=0, pdl=1, cl=2),  # 8.14 us, runner-up 8.30 us
+        ("qkv_gate", 4): GemvzConfig(nw=8, s=4, ug=1, r=2, loop=0, mb=0, walk=0, pf=0, pdl=1, cl=2),  # 8.16 us, runner-up 8.30 us
+        ("qkv_gate", 8): GemvzConfig(nw=8, s=4, ug=1, r=2, loop=0, mb=0, walk=0, pf=0, pdl=1, cl=2),  # 8.36 us, runner-up 8.53 us
+        ("qkv_gate", 16): GemvzConfig(nw=4, s=4, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, pdl=1, cl=2),  # 9.21 us, runner-up 9.22 us
+        ("o_proj", 1): GemvzConfig(nw=8, s=1, ug=2, r=2, loop=0, mb=1, walk=0, pf=0, pdl=1, cl=0),  # 6.41 us, runner-up 6.49 us
+        ("o_proj", 2): GemvzConfig(nw=8, s=1, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, pdl=1, cl=0),  # 6.63 us, runner-up 6.66 us
+        ("o_proj", 4): GemvzConfig(nw=8, s=1, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, pdl=1, cl=0),  # 6.56 us, runner-up 6.60 us
+        ("o_proj", 8): GemvzConfig(nw=8, s=1, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, pdl=1, cl=0),  # 6.56 us, runner-up 6.58 us
+        ("o_proj", 16): GemvzConfig(nw=4, s=1, ug=2, r=2, loop=1, mb=2, walk=0, pf=0, pdl=1, cl=0),  # 7.39 us, runner-up 7.43 us
+        ("pooler", 1): GemvzConfig(nw=16, s=1, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, pdl=1, cl=0),  # 12.58 us, runner-up 12.62 us
+        ("pooler", 2): GemvzConfig(nw=16, s=1, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, pdl=1, cl=0),  # 12.52 us, runner-up 12.72 us
+        ("pooler", 4): GemvzConfig(nw=16, s=1, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, pdl=1, cl=0),  # 12.52 us, runner-up 12.74 us
+        ("pooler", 8): GemvzConfig(nw=16, s=1, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, pdl=1, cl=0),  # 12.72 us, runner-up 12.81 us
+        ("pooler", 16): GemvzConfig(nw=4, s=2, ug=2, r=2, loop=1, mb=0, walk=0, pf=0, pdl=1, cl=2),  # 13.93 us, runner-up 13.94 us
+        ("unpooler", 1): GemvzConfig(nw=8, s=1, ug=1, r=2, loop=2, mb=2, walk=0, pf=0, pdl=1, cl=0),  # 12.37 us, runner-up 12.39 us
+        ("unpooler", 2): GemvzConfig(nw=8, s=1, ug=1, r=2, loop=2, mb=2, walk=0, pf=0, pdl=1, cl=0),  # 12.41 us, runner-up 12.51 us
+        ("unpooler", 4): GemvzConfig(nw=8, s=1, ug=1, r=2, loop=2, mb=0, walk=0, pf=0, pdl=1, cl=0),  # 12.40 us, runner-up 12.45 us
+        ("unpooler", 8): GemvzConfig(nw=8, s=1, ug=1, r=2, loop=2, mb=2, walk=0, pf=0, pdl=1, cl=0),  # 12.55 us, runner-up 12.62 us
+        ("unpooler", 16): GemvzConfig(nw=4, s=1, ug=2, r=2, loop=1, mb=2, walk=0, pf=0, pdl=1, cl=0),  # 13.64 us, runner-up 13.77 us
+    },
+    "h100": {
+        ("qkv_gate", 1): GemvzConfig(nw=8, s=3, ug=2, r=2, loop=0, mb=1, walk=0, pf=0, pdl=1, cl=2),  # 9.98 us, runner-up 9.99 us
+        ("qkv_gate", 2): GemvzConfig(nw=4, s=7, ug=1, r=2, loop=0, mb=0, walk=0, pf=0, pdl=1, cl=2),  # 10.05 us, runner-up 10.06 us
+        ("qkv_gate", 4): GemvzConfig(nw=4, s=7, ug=1, r=2, loop=0, mb=0, walk=0, pf=0, pdl=1, cl=2),  # 10.06 us, runner-up 10.10 us
+        ("qkv_gate", 8): GemvzConfig(nw=4, s=6, ug=1, r=2, loop=2, mb=2, walk=0, pf=0, pdl=1, cl=2),  # 10.09 us, runner-up 10.18 us
+        ("qkv_gate", 16): GemvzConfig(nw=4, s=3, ug=2, r=2, loop=1, mb=2, walk=0, pf=0, pdl=1, cl=2),  # 10.87 us, runner-up 10.94 us
+        ("o_proj", 1): GemvzConfig(nw=8, s=1, ug=2, r=2, loop=0, mb=1, walk=0, pf=0, pdl=1, cl=0),  # 8.52 us, runner-up 8.54 us
+        ("o_proj", 2): GemvzConfig(nw=4, s=2, ug=2, r=2, loop=0, mb=0, walk=0, pf=0, pdl=1, cl=2),  # 8.68 us, runner-up 8.75 us
+        ("o_proj", 4): GemvzConfig(nw=8, s=1, ug=1, r=2, loop=2, mb=2, walk=0, pf=0, pdl=1, cl=0),  # 8.74 us, runner-up 8.77 us
+        ("o_proj", 8): GemvzConfig(nw=8, s=1, ug=1, r=2, loop=2, mb=2, walk=0, pf=0, pdl=1, cl=0),  # 8.84 us, runner-up 8.85 us
+        ("o_proj", 16): GemvzConfig(nw=4, s=1, ug=2, r=2, loop=1, mb=2, walk=0, pf=0, pdl=1, cl=0),  # 9.64 us, runner-up 9.70 us
+        ("o_proj", 32): GemvzConfig(nw=4, s=1, ug=1, r=1, loop=1, mb=2, walk=0, pf=0, pdl=1, cl=0),  # 11.02 us, runner-up 11.50 us
+        ("pooler", 1): GemvzConfig(nw=16, s=1, ug=2, r=2, loop=0, mb=1, walk=0, pf=0, pdl=1, cl=0),  # 16.65 us, runner-up 16.67 us
+        ("pooler", 2): GemvzConfig(nw=8, s=2, ug=2, r=2, loop=0, mb=1, walk=0, pf=0, pdl=1, cl=2),  # 16.68 us, runner-up 16.80 us
+        ("pooler", 4): GemvzConfig(nw=8, s=2, ug=2, r=2, loop=0, mb=1, walk=0, pf=0, pdl=1, cl=2),  # 16.76 us, runner-up 16.91 us
+        ("pooler", 8): GemvzConfig(nw=16, s=1, ug=1, r=1, loop=1, mb=2, walk=0, pf=0, pdl=1, cl=0),  # 16.94 us, runner-up 17.06 us
+        ("pooler", 16): GemvzConfig(nw=8, s=1, ug=2, r=2, loop=1, mb=0, walk=0, pf=0, pdl=1, cl=0),  # 17.80 us, runner-up 17.84 us
+        ("pooler", 32): GemvzConfig(nw=4, s=2, ug=1, r=1, loop=1, mb=2, walk=0, pf=0, pdl=1, cl=2),  # 19.67 us, runner-up 20.60 us
+        ("unpooler", 1): GemvzConfig(nw=16, s=1, ug=2, r=2, loop=0, mb=0, walk=0, pf=0, pdl=1, cl=0),  # 16.58 us, runner-up 16.65 us
+        ("unpooler", 2): GemvzConfig(nw=8, s=2, ug=2, r=2, loop=0, mb=1, walk=0, pf=0, pdl=1, cl=2),  # 16.61 us, runner-up 16.74 us
+        ("unpooler", 4): GemvzConfig(nw=8, s=2, ug=2, r=2, loop=0, mb=1, walk=0, pf=0, pdl=1, cl=2),  # 16.79 us, runner-up 16.95 us
+        ("unpooler", 8): GemvzConfig(nw=8, s=1, ug=1, r=1, loop=1, mb=0, walk=0, pf=0, pdl=1, cl=0),  # 17.00 us, runner-up 17.10 us
+        ("unpooler", 16): GemvzConfig(nw=4, s=1, ug=2, r=2, loop=1, mb=2, walk=0, pf=0, pdl=1, cl=0),  # 17.51 us, runner-up 17.56 us
+        ("unpooler", 32): GemvzConfig(nw=4, s=1, ug=1, r=1, loop=1, mb=2, walk=0, pf=0, pdl=1, cl=0),  # 20.01 us, runner-up 20.46 us
+    },
 }
 # ---- END GENERATED ----
 
@@ -585,6 +716,7 @@ KERNEL_SRC = r"""
 //   gemv.cuh    gemv_kernel: plain BF16 (and the router's fp32 as hi + lo), LOOP 0..2
 //   gemvz.cuh   the 12-bit format (decz), gemvz_kernel with its exception warp, unpackz_kernel
 //   gemvt.cuh   gemvt_kernel: TMA ring + warpgroup MMA (GemvtConfig)
+//   gemvtz.cuh  gemvtz_kernel: the 12-bit stream in a TMA ring, decoded into registers, warpgroup MMA (GemvtzConfig)
 //   launch.cuh  launch_pdl, opt-ins, TMA descriptors, launchers, the kernel table (configs.cuh, generated) inside
 // csrc/instruments.cuh (trace and timing-only hooks) is not part of it: tools and tests put it in front of a variant.
 // launch.cuh: host side. Per-kernel opt-ins, the one launch function (PDL, clusters), TMA descriptors, one launcher
@@ -601,7 +733,7 @@ KERNEL_SRC = r"""
 // common.cuh: the pieces gemv_kernel, gemvz_kernel and gemvt_kernel share: x loads, the warps' reduction, the
 // split-K combine (global ticket or thread-block cluster), the store, and the (empty) instrument hooks.
 // defines: land_before_wait, load_xbatch, sum_warps, splitk_combine, cluster_combine, cluster_start, store_tile,
-//          MuseTrace / TR_* / HOOK_* (empty here: csrc/instruments.cuh), combine_store
+//          MuseTrace / TR_* / HOOK_* (empty here: csrc/instruments.cuh), combine_store, add_ecorr
 // args.h: what one launch hands its kernel besides the template parameters: one struct for the three kernel families,
 // shared by the device source and the Python glue (bind.cpp). The runtime members and their setter are generated by
 // build.py from muse/families.py RUNTIME, so a new runtime config field is declared there and read in its kernel.
@@ -637,8 +769,8 @@ inline void set_runtime(GemvArgs& a, const int* v) { a.S = v[0]; a.pf = v[1]; a.
 // defines: ld_stream, ld_x, ld_x1_if, ld_esc_if, mma16816, prmt, pdl_trigger, pdl_wait,
 //          named_bar_arrive1, named_bar_sync1, cluster_arrive_relaxed, cluster_wait_acquire, cluster_rank,
 //          map_shared, cluster_mbar, mbar_init_expect, st_async, mbar_wait0, prefetch_l2, smem_u32,
-//          mbar_init, mbar_expect_tx, mbar_arrive, mbar_wait, bulk_load, policy_evict_first, tma_load_2d, wg_fence,
-//          wg_commit, wg_wait0, wg_wait1, wg_pin, wg_desc, wgmma_ss
+//          mbar_init, mbar_expect_tx, mbar_arrive, mbar_arrive_after, mbar_wait, bulk_load, policy_evict_first, tma_load_2d, wg_fence,
+//          wg_commit, wg_wait0, wg_wait1, wg_pin, wg_desc, wgmma_ss, wgmma_rs, fence_proxy_async, named_bar_sync
 #include <cuda.h>  // CUtensorMap (gemvt_kernel's TMA descriptors; the driver entry point is fetched at run time)
 #include <cuda_bf16.h>
 
@@ -780,6 +912,14 @@ __device__ __forceinline__ void mbar_expect_tx(unsigned long long* b, uint32_t b
 __device__ __forceinline__ void mbar_arrive(unsigned long long* b) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
 }
+// The same arrival, issued only once `dep` is in its register (a compare reads it; both branches arrive). A warp that
+// frees a ring slot it read with ld.shared folds one word of every such load into dep: the arrival's release did not
+// wait for loads whose results the warp had not used yet, so the producer's next copy could land before them (gemvtz
+// at KA = 2 read overwritten weights a few times in a thousand calls: FINDINGS 12.7).
+__device__ __forceinline__ void mbar_arrive_after(unsigned long long* b, uint32_t dep) {
+  asm volatile("{\n .reg .pred q;\n setp.ne.u32 q, %1, 0x7fc00123;\n @q mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+               " @!q mbarrier.arrive.shared::cta.b64 _, [%0];\n}" ::"r"(smem_u32(b)), "r"(dep) : "memory");
+}
 // Wait until the phase with this parity has completed (acquire, CTA scope).
 __device__ __forceinline__ void mbar_wait(unsigned long long* b, uint32_t parity) {
   const uint32_t a = smem_u32(b);
@@ -847,6 +987,46 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[NB * 4], uint64_t da, uint64
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "l"(da), "l"(db), "r"(1));
   }
+}
+
+// D[64 rows x 8 NB tokens] += A[64 x 16] . B[16 x 8 NB], A from registers (this warp's 16 rows: mma16816's A
+// fragment, gemvtz's decoded weights), B from shared memory (db). A's registers stay read until the wgmma's group
+// completes (wgmma.wait_group): the caller must not write them before.
+template <int NB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[NB * 4], uint4 a, uint64_t db) {
+  if constexpr (NB == 4) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), "r"(1));
+  } else if constexpr (NB == 2) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), "r"(1));
+  } else {
+    static_assert(NB == 1, "NB is 1, 2 or 4");
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(db), "r"(1));
+  }
+}
+
+// Shared-memory writes of this thread (generic proxy) made visible to the async proxy (wgmma's operand reads, TMA):
+// between a thread's st.shared of an operand and the barrier after which a wgmma reads it.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// Named barrier `id` (0 is __syncthreads, 1 gemvz's) over n threads, all of which sync: one warpgroup's per-stage
+// hand-over in gemvtz.
+__device__ __forceinline__ void named_bar_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
 
 // ---- instrument hooks --------------------------------------------------------------------------------------------
@@ -1053,6 +1233,25 @@ __device__ __forceinline__ void combine_store(float4 (&res)[J], MuseTrace& tr_, 
       if ((!EXC || tid < NT) && tid + j * NT < P) store_tile<F32OUT, NB, R>(out, res[j], tid + j * NT, rg, M, N);
   }
   TR_G(2) TR_C(5) TR_FLUSH(store)
+}
+
+// The exception warp's corrections (ecorr[16 R rows][8 NB tokens], +1 pad) added to the CTA's positions before the
+// split-K combine: thread tid < NT holds p = tid + j NT = (r NB + nb) 32 + lane, value q of the C fragment is row
+// 16 r + g + 8 (q >> 1), token 8 nb + 2 t + (q & 1) (store_tile's map). gemvz_kernel and gemvtz_kernel.
+template <int NB, int J, int P, int NT, int ROWS>
+__device__ __forceinline__ void add_ecorr(float4 (&res)[J], const float (&ecorr)[ROWS][NB * 8 + 1]) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int j = 0; j < J; j++) {
+    const int p = tid + j * NT;
+    if (tid < NT && p < P) {
+      const int pl = p & 31, nbo = (p >> 5) % NB, r = (p >> 5) / NB, pg = pl >> 2, pt = pl & 3;
+      res[j].x += ecorr[r * 16 + pg][nbo * 8 + 2 * pt];
+      res[j].y += ecorr[r * 16 + pg][nbo * 8 + 2 * pt + 1];
+      res[j].z += ecorr[r * 16 + pg + 8][nbo * 8 + 2 * pt];
+      res[j].w += ecorr[r * 16 + pg + 8][nbo * 8 + 2 * pt + 1];
+    }
+  }
 }
 
 // One batch of U K-blocks of fragment-ordered weights (2 units of 16 B per lane per block) for each of
@@ -1657,17 +1856,7 @@ gemvz_kernel(const __grid_constant__ GemvArgs args) {
 
   float4 res[J];  // threads of the exception warp (tid >= NT) hold no position
   sum_warps<NW, P, NT, J>(res, red);
-#pragma unroll
-  for (int j = 0; j < J; j++) {
-    const int p = tid + j * NT;
-    if (tid < NT && p < P) {
-      const int pl = p & 31, nbo = (p >> 5) % NB, r = (p >> 5) / NB, pg = pl >> 2, pt = pl & 3;
-      res[j].x += ecorr[r * 16 + pg][nbo * 8 + 2 * pt];
-      res[j].y += ecorr[r * 16 + pg][nbo * 8 + 2 * pt + 1];
-      res[j].z += ecorr[r * 16 + pg + 8][nbo * 8 + 2 * pt];
-      res[j].w += ecorr[r * 16 + pg + 8][nbo * 8 + 2 * pt + 1];
-    }
-  }
+  add_ecorr<NB, J, P, NT>(res, ecorr);
   combine_store<false, true, NB, R, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
 
@@ -1787,13 +1976,13 @@ __device__ __forceinline__ void ring_produce(const CUtensorMap* tx, unsigned lon
 
 // The end of both ring kernels: after the wait (out, ws and sem may belong to the previous kernel until then) and
 // once every stage is consumed (the ring's memory is free), the consumer warps' D fragments go through the ring's
-// memory to one position per consumer thread (warp w's D = row block w of the CTA: R = NW), then gemv_kernel's
-// split-K combine and store.
+// memory to one position per consumer thread (warp w's D = row block w of the CTA: R = NW), then (gemvtz: ecorr, its
+// exception warp's corrections, added) gemv_kernel's split-K combine and store.
 template <int NW, int NB>
 __device__ __forceinline__ void ring_end(const float (&acc)[NB * 4], uint8_t* ring, float4* cbuf, MuseTrace& tr_,
                                          bf16* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem,
                                          int tid, int lane, int warp, int rg, int sidx, int S, int cl, int M,
-                                         int N) {
+                                         int N, const float (*ecorr)[NB * 8 + 1] = nullptr) {
   constexpr int NT = NW * 32, J = NB, P = NW * NB * 32;
   pdl_wait();
   __syncthreads();
@@ -1807,6 +1996,7 @@ __device__ __forceinline__ void ring_end(const float (&acc)[NB * 4], uint8_t* ri
   float4 res[J];
 #pragma unroll
   for (int j = 0; j < J; j++) res[j] = tid < NT ? red[tid + j * NT] : make_float4(0.f, 0.f, 0.f, 0.f);
+  if (ecorr) add_ecorr<NB, J, P, NT>(res, *reinterpret_cast<const float(*)[NW * 16][NB * 8 + 1]>(ecorr));
   combine_store<false, true, NB, NW, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
 
@@ -1870,6 +2060,200 @@ gemvt_kernel(const __grid_constant__ GemvArgs args, const __grid_constant__ CUte
     }
   }
   ring_end<NW, NB>(acc, ring, cbuf, tr_, out, ws, sem, tid, lane, warp, rg, sidx, S, cl, M, N);
+}
+// gemvtz.cuh: gemvtz_kernel, the compressed path's TMA kernel (its own config type, GemvtzConfig): the 12-bit stream
+// (pack_z's, the same bytes gemvz_kernel reads) and x in a TMA ring, decoded into registers, warpgroup MMA.
+
+#ifndef INSTRUMENTS
+constexpr bool kRingAlone = false;  // csrc/instruments.cuh's timing-only build sets it: the ring alone, stages only freed
+#endif
+
+// ---- gemvtz_kernel: the 12-bit stream in a TMA ring, wgmma with A from registers ---------------------------------
+// Contract: x bf16 [M, K] row-major (a 2-D TMA descriptor as gemvt_kernel's: box 64 k x 8 NB tokens, 128-byte
+// swizzle, rows past M read as zeros; the pointer itself for the exception warp); w = pack_z's stream [N/16][K/64]
+// [A0 | A1 | C: 3 x 512 B], zbase the rows' windows, eptr / esc the side table (all as gemvz_kernel); out bf16 [M, N];
+// ws / sem as gemv_kernel. Requires N % (16 NW) == 0, K % (64 KA) == 0, 1 <= S <= K / (64 KA), NW = 4 or 8.
+//
+//   grid (N / (16 NW), S): CTA (rg, sidx) = rows 16 NW rg .. +16 NW (row blocks rb = NW rg + w) x K slice sidx
+//     (ring_slice: whole steps of KA 64-k groups, slices differ by at most one step)
+//   warps 0..NW-1 consume (warpgroup wg = w / 4), warp NW applies the exceptions (coop_walk), warp NW + 1 produces
+//     (its lane 0 issues every copy)
+//   ring of ST stages: stage = x [KA boxes of 8 NB tokens x 128 B] then W [NW row blocks][KA groups][1536 B] (one
+//     bulk copy per warp: its row block's KA groups are contiguous in the stream); full[s]: the producer's expect_tx,
+//     completed by the copies; empty[s]: one arrival per consumer warp once it has the stage in registers
+//   per stage, consumer warp w: ld.shared its KA x 3 units, decz into 4 KA fragments (its rows' windows B, read
+//     once); its warpgroup's 128 threads copy the stage's x into one of the warpgroup's three permuted buffers
+//     (permute_x); the stage is freed (arrive on empty); fence.proxy.async and the warpgroup's named barrier; then
+//     4 KA wgmma.m64n(8NB)k16, A = fragment f, B = the permuted x's k16 step f
+//   software-pipelined: stage i + 1 is read, decoded and permuted while stage i's wgmma run (wait_group 1)
+//   end: D -> red (the ring's memory) + ecorr (the exception warp's corrections) -> split-K combine -> store
+// Why x is permuted and not the weights: inside a 64-group the stream holds k in gemvz's order (x's 16-byte loads
+// feed mma16816 directly there), and wgmma reads B in k order. Permuting x (4-byte words: a 4 x 4 transpose in each
+// 32-k half, 64 B a thread, about 10 instructions) keeps one copy of the weights for every m: gemvz's rows and this
+// ring read the same bytes. Why the stage is freed at the register copy: a GEMV's wide operand is the weights, and
+// the ring's depth is what keeps bytes in flight (session 11's ring freed a stage only after the next stage's MMA:
+// FINDINGS 12.1, 12.6). Why corrections and not patches: the exception warp and side table are gemvz's, off the
+// consumers' path (S11's per-lane patches cost the consumers 1.2-2.4 us at m = 32: FINDINGS 12.1).
+// PDL: the producer copies the first min(ST, steps) stages' weights before griddepcontrol.wait, then their x; the
+// exception warp waits before reading x, the consumers before the epilogue (out, ws, sem).
+// Lab: labs/lab6_tma.py part 4 (the stage image, permute_x, the fragments, the kernel in miniature).
+
+// Dynamic shared memory of one gemvtz CTA: 1 KB of alignment slack, the ring, the warpgroups' permuted x buffers
+// (3 a warpgroup), and with cl the leader's cbuf.
+__host__ __device__ constexpr size_t gemvtz_smem(int NW, int ST, int NB, int KA, int S, int cl) {
+  return 1024 + (size_t)ST * KA * (8 * NB * 128 + NW * 1536) + (size_t)3 * (NW / 4) * KA * 8 * NB * 128 +
+         (cl ? (size_t)(S - 1) * NW * NB * 32 * 16 : 0);
+}
+
+// One stage's x, permuted so that k16 step f of each 64-group pairs with decz's fragment f: thread tw (0..127) of the
+// warpgroup takes jobs (token n, group a, 32-k half h); the natural words 4 t + q of the half (chunk t, word q, as the
+// TMA box holds them, 128-byte swizzle) go to word 4 q + t (chunk q, word t), the same swizzle. src, dst: 1024-aligned
+// shared addresses of the stage's x part and of the buffer. Lab: labs/lab6_tma.py permute_x.
+template <int NB, int KA>
+__device__ __forceinline__ void permute_x(const uint8_t* src, uint8_t* dst, int tw) {
+  constexpr int ROWS = 8 * NB, XB = ROWS * 128, JOBS = ROWS * 2 * KA;
+#pragma unroll
+  for (int q0 = 0; q0 < JOBS; q0 += 128) {
+    const int j = q0 + tw;
+    if (JOBS % 128 == 0 || j < JOBS) {
+      const int n = j % ROWS, ah = j / ROWS, a = ah >> 1, h = ah & 1, sw = n & 7;
+      const int row = a * XB + n * 128;
+      uint4 in[4];
+#pragma unroll
+      for (int t = 0; t < 4; t++) in[t] = *reinterpret_cast<const uint4*>(src + row + (((4 * h + t) ^ sw) << 4));
+      *reinterpret_cast<uint4*>(dst + row + (((4 * h + 0) ^ sw) << 4)) = make_uint4(in[0].x, in[1].x, in[2].x, in[3].x);
+      *reinterpret_cast<uint4*>(dst + row + (((4 * h + 1) ^ sw) << 4)) = make_uint4(in[0].y, in[1].y, in[2].y, in[3].y);
+      *reinterpret_cast<uint4*>(dst + row + (((4 * h + 2) ^ sw) << 4)) = make_uint4(in[0].z, in[1].z, in[2].z, in[3].z);
+      *reinterpret_cast<uint4*>(dst + row + (((4 * h + 3) ^ sw) << 4)) = make_uint4(in[0].w, in[1].w, in[2].w, in[3].w);
+    }
+  }
+}
+
+template <int NW, int ST, int NB, int KA>
+__global__ void __launch_bounds__((NW + 2) * 32, 1)
+gemvtz_kernel(const __grid_constant__ GemvArgs args, const __grid_constant__ CUtensorMap tx) {
+  static_assert(NW == 4 || NW == 8, "NW: one or two warpgroups");
+  static_assert(KA == 1 || KA == 2 || KA == 4, "KA: 64-k groups a stage");
+  constexpr uint32_t GB = 1536, XB = 8 * NB * 128, STAGE = KA * (XB + NW * GB), XP = KA * XB;
+  constexpr int NWG = NW / 4, P = NW * NB * 32;
+  constexpr int EC = NB == 4 ? 2 : 4;  // the exception walk's chunk (gemvz's)
+  const uint8_t* __restrict__ wz = static_cast<const uint8_t*>(args.w);
+  const bf16* __restrict__ x = static_cast<const bf16*>(args.x);
+  const int* __restrict__ eptr = static_cast<const int*>(args.eptr);
+  const int2* __restrict__ esc = static_cast<const int2*>(args.esc);
+  const uint8_t* __restrict__ zbase = static_cast<const uint8_t*>(args.zbase);
+  bf16* __restrict__ out = static_cast<bf16*>(args.out);
+  float4* __restrict__ ws = static_cast<float4*>(args.ws);
+  int* __restrict__ sem = static_cast<int*>(args.sem);
+  const int M = args.M, N = args.N, K = args.K, S = args.S, cl = args.cl;
+  extern __shared__ uint8_t dsm[];
+  __shared__ __align__(8) unsigned long long full[ST], empty[ST];
+  __shared__ float ecorr[NW * 16][NB * 8 + 1];  // the exception warp's corrections (+1: rows in different banks)
+  __shared__ int roff[NW * 16 + 1];
+  __shared__ float part[32][2][NB * 8];
+  __shared__ int prow[32][2];
+  const uint32_t dbase = smem_u32(dsm), base = (dbase + 1023u) & ~1023u;
+  uint8_t* ring = dsm + (base - dbase);
+  uint8_t* xperm = ring + (size_t)ST * STAGE;                                        // [NWG][3][XP]
+  float4* cbuf = reinterpret_cast<float4*>(xperm + (size_t)NWG * 3 * XP);            // cl: [S - 1][P]
+  MuseTrace tr_{};
+  pdl_trigger();
+  cluster_start<P>(cl, S);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int rg = blockIdx.x, sidx = blockIdx.y;
+  int steps, g0;  // g0: the slice's first 64-group
+  ring_slice<KA>(K, S, sidx, steps, g0);
+  ring_init<ST>(full, empty, NW);
+
+  float acc[NB * 4];
+#pragma unroll
+  for (int i = 0; i < NB * 4; i++) acc[i] = 0.f;
+  if (warp == NW + 1) {
+    if (lane == 0) {
+      const size_t KG = K / 64;
+      // warp w's KA groups of step i: contiguous in the stream (row block NW rg + w), to its part of the stage
+      auto load_w = [&](uint32_t sb, int i, unsigned long long* bar, uint64_t pol) {
+#pragma unroll
+        for (int w = 0; w < NW; w++)
+          bulk_load(sb + KA * XB + w * KA * GB, wz + (((size_t)rg * NW + w) * KG + g0 + i * KA) * GB, KA * GB, bar, pol);
+      };
+      ring_produce<ST, KA>(&tx, full, empty, base, STAGE, 0, XB, steps, g0, load_w);
+    }
+  } else if (warp == NW) {
+    // the corrections of the CTA's rows in its K slice, from gemvz's side table and x in global memory, while the
+    // consumers stream (the entries are constant: their row offsets are read before the wait)
+    for (int i = lane; i <= NW * 16; i += 32) roff[i] = __ldg(eptr + rg * NW * 16 + i);
+    __syncwarp();
+    pdl_wait();
+    coop_walk<NB, NW, EC>(ecorr, roff, part, prow, esc, x, M, K, g0 * 64, (g0 + steps * KA) * 64, lane);
+  } else {
+    const int wg = warp >> 2, tw = tid & 127;
+    const uint32_t B = zrow_word(zbase, (rg * NW + warp) * 16, lane >> 2);  // this lane's rows' windows
+    uint8_t* xp = xperm + (size_t)wg * 3 * XP;                                // this warpgroup's permuted buffers
+    if constexpr (kRingAlone) {  // timing-only variant: the ring alone, every stage freed as it lands
+      for (int i = 0; i < steps; i++) {
+        mbar_wait(&full[i % ST], (i / ST) & 1);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[i % ST]);
+      }
+    } else {
+    // stage i into fragments fb and the permuted buffer i % 3, then free its ring slot. The buffer was last read by
+    // stage i - 3's wgmma: every warp of the warpgroup passed wait_group 1 after issuing stage i - 2 before the
+    // barrier of stage i - 1, so that read is complete.
+    auto take = [&](uint4 (&fb)[KA][4], int i) {
+      const int s = i % ST;
+      mbar_wait(&full[s], (i / ST) & 1);
+      const uint8_t* sp = ring + (size_t)s * STAGE;
+      uint4 z[KA][3];
+#pragma unroll
+      for (int a = 0; a < KA; a++)
+#pragma unroll
+        for (int u = 0; u < 3; u++)
+          z[a][u] = *reinterpret_cast<const uint4*>(sp + KA * XB + (warp * KA + a) * GB + u * 512 + lane * 16);
+      permute_x<NB, KA>(sp, xp + (i % 3) * XP, tw);
+#pragma unroll
+      for (int a = 0; a < KA; a++) {
+        fb[a][0] = decz(z[a][0].x, z[a][0].y, z[a][2].x, B);
+        fb[a][1] = decz(z[a][0].z, z[a][0].w, z[a][2].y, B);
+        fb[a][2] = decz(z[a][1].x, z[a][1].y, z[a][2].z, B);
+        fb[a][3] = decz(z[a][1].z, z[a][1].w, z[a][2].w, B);
+      }
+      uint32_t dep = 0;                       // every ld.shared of the slot has landed before the arrival
+#pragma unroll
+      for (int a = 0; a < KA; a++) dep ^= z[a][0].x ^ z[a][1].x ^ z[a][2].x;
+      __syncwarp();
+      if (lane == 0) mbar_arrive_after(&empty[s], dep);   // x's loads landed too: the buffer's stores used them
+      fence_proxy_async();                    // the buffer's writes, for wgmma's reads
+      named_bar_sync(2 + wg, 128);
+    };
+    auto issue = [&](const uint4 (&fb)[KA][4], int i) {
+      const uint32_t xb = smem_u32(xp + (i % 3) * XP);
+      wg_pin(acc);
+      wg_fence();
+#pragma unroll
+      for (int a = 0; a < KA; a++)
+#pragma unroll
+        for (int f = 0; f < 4; f++) wgmma_rs<NB>(acc, fb[a][f], wg_desc(xb + a * XB + 32 * f));
+      wg_commit();
+    };
+    uint4 f0[KA][4], f1[KA][4];
+    take(f0, 0);
+    for (int i = 0; i < steps; i += 2) {
+      issue(f0, i);
+      wg_wait1();
+      wg_pin(acc);
+      if (i + 1 >= steps) break;
+      take(f1, i + 1);
+      issue(f1, i + 1);
+      wg_wait1();
+      wg_pin(acc);
+      if (i + 2 < steps) take(f0, i + 2);
+    }
+    wg_wait0();
+    wg_pin(acc);
+    }
+  }
+  ring_end<NW, NB>(acc, ring, cbuf, tr_, out, ws, sem, tid, lane, warp, rg, sidx, S, cl, M, N, ecorr);
 }
 
 // ---- launch --------------------------------------------------------------------------------------------------
@@ -2013,8 +2397,20 @@ static int launch_gemvt(const GemvArgs& a, const LaunchOpts& o) {
                     a.cl ? a.S : 1, gemvt_smem(NW, ST, NB, KA, a.S, a.cl), a, tx);
 }
 
+// gemvtz_kernel<NW, ST, NB, KA>: gemvt's grid, NW consumer warps + the exception warp + the producer, the ring and
+// the permuted x buffers in dynamic smem (opt-in above 48 KB), x through a TMA descriptor made here.
+template <int NW, int ST, int NB, int KA>
+static int launch_gemvtz(const GemvArgs& a, const LaunchOpts& o) {
+  int e = opt_in_once((const void*)gemvtz_kernel<NW, ST, NB, KA>, OPT_LARGE_SMEM);
+  if (e) return e;
+  CUtensorMap tx;
+  if ((e = make_tmap(&tx, a.x, a.M, a.K, 8 * NB))) return e;
+  return launch_pdl(gemvtz_kernel<NW, ST, NB, KA>, dim3(a.N / (16 * NW), a.S), dim3(NW * 32 + 64), o.st, o.pdl,
+                    a.cl ? a.S : 1, gemvtz_smem(NW, ST, NB, KA, a.S, a.cl), a, tx);
+}
+
 // ---- the kernel table: a family and its template arguments -> the compiled instantiation ------------------------
-// family: the index of muse/families.py FAMILIES (0 gemv, 1 gemvz, 2 gemvt); t: its template arguments in order.
+// family: the index of muse/families.py FAMILIES (0 gemv, 1 gemvz, 2 gemvt, 3 gemvtz); t: its template arguments in order.
 struct KernelEntry {
   int family, n, t[8];
   Launcher launch;
@@ -2024,7 +2420,7 @@ struct KernelEntry {
 // default rule can ask for (muse/rules.py reachable_instances). Generated by build.py: edit tables/ or muse/, then run it.
 
 // ---- BEGIN GENERATED by build.py from tables/ and muse/rules.py: edit those, not this ----
-// 58 instantiations; entry = {family, template args, launcher, kernel}
+// 76 instantiations; entry = {family, template args, launcher, kernel}
 static const KernelEntry kKernels[] = {
   // gemv_kernel<NW, U, NB, R, DUAL, LOOP, MB>
   {0, 7, {2, 1, 1, 1, 0, 1, 2}, launch_gemv<2, 1, 1, 1, false, 1, 2>, (const void*)gemv_kernel<2, 1, 1, 1, false, 1, 2>},
@@ -2039,13 +2435,17 @@ static const KernelEntry kKernels[] = {
   {0, 7, {4, 1, 2, 1, 1, 1, 2}, launch_gemv<4, 1, 2, 1, true, 1, 2>, (const void*)gemv_kernel<4, 1, 2, 1, true, 1, 2>},
   {0, 7, {4, 1, 4, 1, 0, 1, 2}, launch_gemv<4, 1, 4, 1, false, 1, 2>, (const void*)gemv_kernel<4, 1, 4, 1, false, 1, 2>},
   {0, 7, {4, 1, 4, 1, 1, 1, 2}, launch_gemv<4, 1, 4, 1, true, 1, 2>, (const void*)gemv_kernel<4, 1, 4, 1, true, 1, 2>},
+  {0, 7, {4, 2, 1, 2, 0, 2, 2}, launch_gemv<4, 2, 1, 2, false, 2, 2>, (const void*)gemv_kernel<4, 2, 1, 2, false, 2, 2>},
   {0, 7, {4, 2, 2, 2, 0, 2, 0}, launch_gemv<4, 2, 2, 2, false, 2, 0>, (const void*)gemv_kernel<4, 2, 2, 2, false, 2, 0>},
   {0, 7, {4, 4, 1, 1, 0, 1, 0}, launch_gemv<4, 4, 1, 1, false, 1, 0>, (const void*)gemv_kernel<4, 4, 1, 1, false, 1, 0>},
+  {0, 7, {4, 4, 1, 2, 0, 0, 1}, launch_gemv<4, 4, 1, 2, false, 0, 1>, (const void*)gemv_kernel<4, 4, 1, 2, false, 0, 1>},
   {0, 7, {4, 4, 2, 1, 0, 0, 1}, launch_gemv<4, 4, 2, 1, false, 0, 1>, (const void*)gemv_kernel<4, 4, 2, 1, false, 0, 1>},
   {0, 7, {8, 1, 4, 1, 1, 2, 0}, launch_gemv<8, 1, 4, 1, true, 2, 0>, (const void*)gemv_kernel<8, 1, 4, 1, true, 2, 0>},
   {0, 7, {8, 2, 1, 2, 0, 0, 0}, launch_gemv<8, 2, 1, 2, false, 0, 0>, (const void*)gemv_kernel<8, 2, 1, 2, false, 0, 0>},
   {0, 7, {8, 2, 1, 2, 0, 0, 1}, launch_gemv<8, 2, 1, 2, false, 0, 1>, (const void*)gemv_kernel<8, 2, 1, 2, false, 0, 1>},
+  {0, 7, {8, 2, 1, 2, 0, 2, 0}, launch_gemv<8, 2, 1, 2, false, 2, 0>, (const void*)gemv_kernel<8, 2, 1, 2, false, 2, 0>},
   {0, 7, {8, 4, 2, 2, 0, 0, 1}, launch_gemv<8, 4, 2, 2, false, 0, 1>, (const void*)gemv_kernel<8, 4, 2, 2, false, 0, 1>},
+  {0, 7, {8, 4, 4, 2, 1, 0, 0}, launch_gemv<8, 4, 4, 2, true, 0, 0>, (const void*)gemv_kernel<8, 4, 4, 2, true, 0, 0>},
   {0, 7, {16, 2, 1, 2, 1, 0, 1}, launch_gemv<16, 2, 1, 2, true, 0, 1>, (const void*)gemv_kernel<16, 2, 1, 2, true, 0, 1>},
   {0, 7, {16, 2, 2, 2, 1, 0, 0}, launch_gemv<16, 2, 2, 2, true, 0, 0>, (const void*)gemv_kernel<16, 2, 2, 2, true, 0, 0>},
   {0, 7, {16, 4, 1, 2, 0, 0, 1}, launch_gemv<16, 4, 1, 2, false, 0, 1>, (const void*)gemv_kernel<16, 4, 1, 2, false, 0, 1>},
@@ -2054,16 +2454,22 @@ static const KernelEntry kKernels[] = {
   {1, 7, {4, 1, 1, 1, 1, 2, 1}, launch_gemvz<4, 1, 1, 1, 1, 2, 1>, (const void*)gemvz_kernel<4, 1, 1, 1, 1, 2, 1>},
   {1, 7, {4, 1, 1, 2, 0, 0, 0}, launch_gemvz<4, 1, 1, 2, 0, 0, 0>, (const void*)gemvz_kernel<4, 1, 1, 2, 0, 0, 0>},
   {1, 7, {4, 1, 1, 2, 0, 0, 1}, launch_gemvz<4, 1, 1, 2, 0, 0, 1>, (const void*)gemvz_kernel<4, 1, 1, 2, 0, 0, 1>},
+  {1, 7, {4, 1, 1, 2, 2, 2, 0}, launch_gemvz<4, 1, 1, 2, 2, 2, 0>, (const void*)gemvz_kernel<4, 1, 1, 2, 2, 2, 0>},
+  {1, 7, {4, 1, 1, 2, 2, 2, 1}, launch_gemvz<4, 1, 1, 2, 2, 2, 1>, (const void*)gemvz_kernel<4, 1, 1, 2, 2, 2, 1>},
   {1, 7, {4, 1, 2, 1, 1, 2, 0}, launch_gemvz<4, 1, 2, 1, 1, 2, 0>, (const void*)gemvz_kernel<4, 1, 2, 1, 1, 2, 0>},
   {1, 7, {4, 1, 2, 1, 1, 2, 1}, launch_gemvz<4, 1, 2, 1, 1, 2, 1>, (const void*)gemvz_kernel<4, 1, 2, 1, 1, 2, 1>},
   {1, 7, {4, 1, 2, 2, 2, 0, 0}, launch_gemvz<4, 1, 2, 2, 2, 0, 0>, (const void*)gemvz_kernel<4, 1, 2, 2, 2, 0, 0>},
   {1, 7, {4, 1, 2, 2, 2, 0, 1}, launch_gemvz<4, 1, 2, 2, 2, 0, 1>, (const void*)gemvz_kernel<4, 1, 2, 2, 2, 0, 1>},
   {1, 7, {4, 1, 4, 1, 1, 2, 0}, launch_gemvz<4, 1, 4, 1, 1, 2, 0>, (const void*)gemvz_kernel<4, 1, 4, 1, 1, 2, 0>},
   {1, 7, {4, 1, 4, 1, 1, 2, 1}, launch_gemvz<4, 1, 4, 1, 1, 2, 1>, (const void*)gemvz_kernel<4, 1, 4, 1, 1, 2, 1>},
+  {1, 7, {4, 2, 1, 2, 0, 0, 0}, launch_gemvz<4, 2, 1, 2, 0, 0, 0>, (const void*)gemvz_kernel<4, 2, 1, 2, 0, 0, 0>},
+  {1, 7, {4, 2, 1, 2, 0, 0, 1}, launch_gemvz<4, 2, 1, 2, 0, 0, 1>, (const void*)gemvz_kernel<4, 2, 1, 2, 0, 0, 1>},
   {1, 7, {4, 2, 2, 2, 1, 0, 0}, launch_gemvz<4, 2, 2, 2, 1, 0, 0>, (const void*)gemvz_kernel<4, 2, 2, 2, 1, 0, 0>},
   {1, 7, {4, 2, 2, 2, 1, 0, 1}, launch_gemvz<4, 2, 2, 2, 1, 0, 1>, (const void*)gemvz_kernel<4, 2, 2, 2, 1, 0, 1>},
   {1, 7, {4, 2, 2, 2, 1, 2, 0}, launch_gemvz<4, 2, 2, 2, 1, 2, 0>, (const void*)gemvz_kernel<4, 2, 2, 2, 1, 2, 0>},
   {1, 7, {4, 2, 2, 2, 1, 2, 1}, launch_gemvz<4, 2, 2, 2, 1, 2, 1>, (const void*)gemvz_kernel<4, 2, 2, 2, 1, 2, 1>},
+  {1, 7, {8, 1, 1, 1, 1, 0, 0}, launch_gemvz<8, 1, 1, 1, 1, 0, 0>, (const void*)gemvz_kernel<8, 1, 1, 1, 1, 0, 0>},
+  {1, 7, {8, 1, 1, 1, 1, 0, 1}, launch_gemvz<8, 1, 1, 1, 1, 0, 1>, (const void*)gemvz_kernel<8, 1, 1, 1, 1, 0, 1>},
   {1, 7, {8, 1, 1, 2, 0, 0, 0}, launch_gemvz<8, 1, 1, 2, 0, 0, 0>, (const void*)gemvz_kernel<8, 1, 1, 2, 0, 0, 0>},
   {1, 7, {8, 1, 1, 2, 0, 0, 1}, launch_gemvz<8, 1, 1, 2, 0, 0, 1>, (const void*)gemvz_kernel<8, 1, 1, 2, 0, 0, 1>},
   {1, 7, {8, 1, 1, 2, 2, 0, 0}, launch_gemvz<8, 1, 1, 2, 2, 0, 0>, (const void*)gemvz_kernel<8, 1, 1, 2, 2, 0, 0>},
@@ -2074,8 +2480,16 @@ static const KernelEntry kKernels[] = {
   {1, 7, {8, 1, 2, 2, 2, 0, 1}, launch_gemvz<8, 1, 2, 2, 2, 0, 1>, (const void*)gemvz_kernel<8, 1, 2, 2, 2, 0, 1>},
   {1, 7, {8, 2, 1, 2, 0, 1, 0}, launch_gemvz<8, 2, 1, 2, 0, 1, 0>, (const void*)gemvz_kernel<8, 2, 1, 2, 0, 1, 0>},
   {1, 7, {8, 2, 1, 2, 0, 1, 1}, launch_gemvz<8, 2, 1, 2, 0, 1, 1>, (const void*)gemvz_kernel<8, 2, 1, 2, 0, 1, 1>},
+  {1, 7, {8, 2, 2, 2, 1, 0, 0}, launch_gemvz<8, 2, 2, 2, 1, 0, 0>, (const void*)gemvz_kernel<8, 2, 2, 2, 1, 0, 0>},
+  {1, 7, {8, 2, 2, 2, 1, 0, 1}, launch_gemvz<8, 2, 2, 2, 1, 0, 1>, (const void*)gemvz_kernel<8, 2, 2, 2, 1, 0, 1>},
+  {1, 7, {16, 1, 1, 1, 1, 1, 1}, launch_gemvz<16, 1, 1, 1, 1, 1, 1>, (const void*)gemvz_kernel<16, 1, 1, 1, 1, 1, 1>},
+  {1, 7, {16, 1, 1, 1, 1, 2, 0}, launch_gemvz<16, 1, 1, 1, 1, 2, 0>, (const void*)gemvz_kernel<16, 1, 1, 1, 1, 2, 0>},
   {1, 7, {16, 1, 1, 2, 2, 0, 0}, launch_gemvz<16, 1, 1, 2, 2, 0, 0>, (const void*)gemvz_kernel<16, 1, 1, 2, 2, 0, 0>},
   {1, 7, {16, 1, 1, 2, 2, 0, 1}, launch_gemvz<16, 1, 1, 2, 2, 0, 1>, (const void*)gemvz_kernel<16, 1, 1, 2, 2, 0, 1>},
+  {1, 7, {16, 2, 1, 2, 0, 0, 0}, launch_gemvz<16, 2, 1, 2, 0, 0, 0>, (const void*)gemvz_kernel<16, 2, 1, 2, 0, 0, 0>},
+  {1, 7, {16, 2, 1, 2, 0, 0, 1}, launch_gemvz<16, 2, 1, 2, 0, 0, 1>, (const void*)gemvz_kernel<16, 2, 1, 2, 0, 0, 1>},
+  {1, 7, {16, 2, 1, 2, 0, 1, 0}, launch_gemvz<16, 2, 1, 2, 0, 1, 0>, (const void*)gemvz_kernel<16, 2, 1, 2, 0, 1, 0>},
+  {1, 7, {16, 2, 1, 2, 0, 1, 1}, launch_gemvz<16, 2, 1, 2, 0, 1, 1>, (const void*)gemvz_kernel<16, 2, 1, 2, 0, 1, 1>},
   // gemvt_kernel<NW, ST, NB, KA>
   {2, 4, {4, 4, 1, 2}, launch_gemvt<4, 4, 1, 2>, (const void*)gemvt_kernel<4, 4, 1, 2>},
   {2, 4, {4, 4, 2, 2}, launch_gemvt<4, 4, 2, 2>, (const void*)gemvt_kernel<4, 4, 2, 2>},
@@ -2622,17 +3036,18 @@ def coop_chain(z, r):
     return -(-int((e[g::g] - e[:-g:g]).max()) // 32) if z.n_exc else 0
 
 
-def coop_twin(cfg):
-    """A per-row-walk compressed config's twin with the cooperative walk (walk = 1, coop_walk); any other config
-    (plain, or already cooperative) as it is."""
-    return cfg._replace(walk=1) if isinstance(cfg, GemvzConfig) else cfg
-
-
 def walk_for(z, cfg, m):
     """The exception walk of a compressed plan: (cfg, '') with the per-row walk while the worst row (capr) is within
     CAPR_LIMITS at m; (cfg with walk = 1, the note) with the cooperative walk where capr is over it and coop_chain is
-    within it; else a string saying why neither walk hides under the stream (the m range then runs plain)."""
+    within it; else a string saying why neither walk hides under the stream (the m range then runs plain). gemvtz's
+    exception warp always walks cooperatively over its 16 nw rows: (cfg, '') while that chain is within the limit."""
     climit = next(c for mm, c in CAPR_LIMITS if m <= mm)
+    if isinstance(cfg, GemvtzConfig):
+        chain = coop_chain(z, cfg.nw)
+        if chain > climit:
+            return (f"{chain} exceptions a lane in gemvtz's cooperative walk (CTAs of {16 * cfg.nw} rows) > {climit}, "
+                    f"where the walk outlasts the stream at m={m} (CAPR_LIMITS)")
+        return cfg, ""
     if z.capr <= climit or cfg.walk:
         return cfg, ""
     chain = coop_chain(z, cfg.r)
@@ -2641,7 +3056,7 @@ def walk_for(z, cfg, m):
         return (f"{z.capr} exceptions in one row and {chain} a lane in the cooperative walk > {climit}, where the walk "
                 f"outlasts the stream at m={m} (CAPR_LIMITS)")
     N, K = z.zbase.numel(), z.stream.shape[1] * 64
-    bad = gemvz_misfit(coop, N, K, m)
+    bad = config_misfit(coop, N, K, m)
     if bad:
         return f"{z.capr} exceptions in one row > {climit} (CAPR_LIMITS), and the cooperative walk does not fit: {bad}"
     return coop, (f"; cooperative exception walk: {z.capr} exceptions in one row > {climit} "
@@ -2675,7 +3090,8 @@ def compress_verified(w, ext=None, limits=True):
 # ===================================================================================================================
 # muse/planner.py
 # ===================================================================================================================
-# The planner: a path and config for every (layer, m). Table rows first (CTABLE, ZTABLE, by name or by shape); else the
+# The planner: a path and config for every (layer, m). Table rows first (the device's card's CTABLES / ZTABLES rows, by
+# name or by shape; a device with no card takes none); else the
 # cost model (the 12-bit path at m <= 16, gemvt at m = 17..32: every candidate family priced at every split S that
 # fits, the cheapest taken); else one fixed family per m range (PLANNER, muse/rules.py); else the default rule.
 #
@@ -2689,6 +3105,18 @@ def compress_verified(w, ext=None, limits=True):
 # Its constants (PLAN_MODELS, from tables/plan_models.json) were fit by tools/plan_fit.py to pick the fastest candidate,
 # not to predict times: its times are rough, its ranking is what it is for (FINDINGS, "the planner").
 PlanEntry = collections.namedtuple("PlanEntry", "path config why")   # path: plain | compressed | fallback
+
+
+def current_card(hw=None):
+    """The card whose tables this device takes (CARDS: the device name and SM count the rows were timed on), or None:
+    a device of no card takes the planner for every shape. hw: a Hardware (default: the device's, hardware())."""
+    hw = hardware() if hw is None else hw
+    return next((c for c, (name, sms) in CARDS.items() if name == hw.name and sms == hw.sms), None)
+
+
+def card_tables(card):
+    """(ctable, ztable) of a card; empty for None or a card without rows."""
+    return CTABLES.get(card, {}), ZTABLES.get(card, {})
 
 
 def default_config(N, K, m, compressed):
@@ -2714,8 +3142,8 @@ def plan_occupancy(fam, cfg, m):
 
 
 def plan_grid_ctas(cfg, N):
-    """The grid's CTA count: row groups (16 R rows a register-kernel CTA, 16 NW a gemvt CTA) x S."""
-    return N // (16 * (cfg.nw if isinstance(cfg, GemvtConfig) else cfg.r)) * cfg.s
+    """The grid's CTA count: row groups (16 R rows a register-kernel CTA, 16 NW a ring CTA) x S."""
+    return N // rows_per_cta(cfg) * cfg.s
 
 
 def plan_cost(model, fam, cfg, N, K, m):
@@ -2772,7 +3200,7 @@ def plan_candidates(N, K, m, path, max_s=PLAN_MAX_S, max_ctas=None, uneven=None)
         if model.path != path or model.nb != nb_of(m):
             continue
         for fam in model.families:
-            cap = max_ctas * (2 / 3 if isinstance(fam.config, GemvtConfig) else 1)
+            cap = max_ctas * (2 / 3 if isinstance(fam.config, RING_CONFIGS) else 1)
             fits = {v: c for v, c in plan_splits(fam.config, N, K, m, max_s=max_s).items()
                     if v == 1 or plan_grid_ctas(c, N) <= cap}
             if not uneven and any(v > 1 and even_split(c, K) for v, c in fits.items()):
@@ -2790,19 +3218,22 @@ def plan_priced(N, K, m, path):
     return [(t, c, fam) for t, _, _, c, fam in priced]
 
 
-def planner_serves(rule, m):
-    """A rule serves the m of its m_max's token blocks (m <= 8, 9..16, 17..32): one instantiation (NB) per rule."""
-    return nb_of(m) == nb_of(rule.m_max)
+def planner_serves(rule, m, card=None):
+    """A rule serves the m of its m_max's token blocks (m <= 8, 9..16, 17..32): one instantiation (NB) per rule; and
+    only on the cards it names (card: default the device's, current_card())."""
+    card = current_card() if card is None else card
+    return nb_of(m) == nb_of(rule.m_max) and (rule.cards is None or card in rule.cards)
 
 
-def planner_plans(path, m, dual=False):
-    """Whether the planner (a PLAN_MODELS class or a PLANNER rule) plans `path` at m at all."""
+def planner_plans(path, m, dual=False, card=None):
+    """Whether the planner (a PLAN_MODELS class or a PLANNER rule) plans `path` at m at all (on card: default the
+    device's)."""
     return (not dual and any(md.path == path and md.nb == nb_of(m) for md in PLAN_MODELS)) or \
-        any(r.path == path and r.dual == dual and planner_serves(r, m) for r in PLANNER)
+        any(r.path == path and r.dual == dual and planner_serves(r, m, card) for r in PLANNER)
 
 
 @functools.lru_cache(maxsize=None)   # a pure function of the shape and the constants: every prepared copy asks it
-def planner_config(N, K, m, path, dual=False):
+def planner_config(N, K, m, path, dual=False, card=None):
     """The planner's config for an N x K layer at m on `path` ('compressed' or 'plain'): the cost model's cheapest
     candidate where a PLAN_MODELS class covers (path, m) for bf16 weights; else the PLANNER rule's (planner_rule), or
     for plain bf16 at m <= 16 gemvt where that rule's gemv underfills or does not fit (plain_gemvt). cl = 2 (cluster reduction)
@@ -2818,7 +3249,7 @@ def planner_config(N, K, m, path, dual=False):
                 uneven = f", K split unevenly ({lo} or {lo + c.ug} of {K // 64} 64-wide groups a CTA)"
             return c, (f"planner (cost model): {config_short(c)}, {plan_grid_ctas(c, N)} CTAs, "
                        f"{plan_occupancy(fam, c, m)} an SM{uneven}; model time {t:.1f} us{nxt}")
-    c, why = planner_rule(N, K, m, path, dual)
+    c, why = planner_rule(N, K, m, path, dual, card)
     if path == "plain" and not dual:
         t = plain_gemvt(N, K, m, c)
         if t is not None:
@@ -2845,20 +3276,23 @@ def plain_gemvt(N, K, m, gemv_cfg):
     return None
 
 
-def planner_rule(N, K, m, path, dual=False):
+def planner_rule(N, K, m, path, dual=False, card=None):
     """The first PLANNER rule of the path and dtype whose m range holds m and whose family fits, with the S (dividing
     the K blocks) whose grid comes closest to the rule's CTA count, ties to the smaller S: (config, why) or (None,
     why-not). planner_config's fallback where no cost model class covers (path, m)."""
     tried = []
     for rule in PLANNER:
-        if rule.path != path or rule.dual != dual or not planner_serves(rule, m):
+        if rule.path != path or rule.dual != dual or not planner_serves(rule, m, card):
             continue
         fits = plan_splits(rule.config, N, K, m, dual, 64)
         if not fits:
             tried.append(f"{kernel_name(rule.config)} {rule.config}: {config_misfit(rule.config, N, K, m, dual)}")
             continue
         tiles = plan_grid_ctas(rule.config, N)
-        v = min(fits, key=lambda v: (abs(tiles * v - rule.ctas), v))
+        if isinstance(rule.config, RING_CONFIGS):   # one CTA an SM: the largest S whose grid stays within the count
+            v = max([v for v in fits if tiles * v <= rule.ctas] or [min(fits)])
+        else:
+            v = min(fits, key=lambda v: (abs(tiles * v - rule.ctas), v))
         c = fits[v]
         return c, (f"planner: {kernel_name(c)} family of {rule.source}; S={c.s} -> {tiles * c.s} CTAs "
                    f"(target {rule.ctas})")
@@ -2886,16 +3320,20 @@ def table_name(name, N, K, dual, tables, shapes=None):
     return name, ""
 
 
-def plan_for(name, N, K, m, dual, compressible, force=None, ctable=None, ztable=None):
+def plan_for(name, N, K, m, dual, compressible, force=None, ctable=None, ztable=None, card=None):
     """The path and config for one m.
 
     compressible: True, or a string saying why the 12-bit format is not available for this weight.
     force: None (tables, then the planner), 'plain' or 'compressed'.
-    A (name, m') row in ZTABLE means the compressed path won the tuning there; CTABLE has the plain winner of every
-    scored shape, a GemvConfig or a GemvtConfig (used when the weight cannot be compressed). A row that does not fit
-    the layer (a shape-matched row never fails: build.py checks every row) is passed over with a note."""
-    ctable = CTABLE if ctable is None else ctable
-    ztable = ZTABLE if ztable is None else ztable
+    card: whose tables (default: the device's, current_card()); ctable / ztable replace them (judge.py --no-tables).
+    A (name, m') row in the card's ZTABLES means the compressed path won the tuning there (a GemvzConfig or a
+    GemvtzConfig); its CTABLES has the plain winner of every scored shape, a GemvConfig or a GemvtConfig (used when the
+    weight cannot be compressed). A row that does not fit the layer (a shape-matched row never fails: build.py checks
+    every row) is passed over with a note."""
+    card = current_card() if card is None else card
+    ct, zt = card_tables(card)
+    ctable = ct if ctable is None else ctable
+    ztable = zt if ztable is None else ztable
     if m > MAX_M:
         return PlanEntry("fallback", None, f"m={m} > {MAX_M}")
     if N % 16 or K % 64:
@@ -2908,39 +3346,40 @@ def plan_for(name, N, K, m, dual, compressible, force=None, ctable=None, ztable=
                          f"{'fp32 weights take the DUAL plain path' if dual else compressible}")
     ref = reference_m(name, m, (ztable, ctable))
     note = ""
+    nocard = f"; no tables for a {hardware().name} (tables/cards.json)" if card is None and not (ct or zt) else ""
     if ref is not None:
         key = (name, ref)
         if key in ztable and force != "plain":
-            bad = compressible if not can_z else gemvz_misfit(ztable[key], N, K, m)
+            bad = compressible if not can_z else config_misfit(ztable[key], N, K, m)
             if not bad:
-                return PlanEntry("compressed", ztable[key], f"ZTABLE{key}{via}")
-            note = f"; ZTABLE{key} unused: {bad}"
+                return PlanEntry("compressed", ztable[key], f"ZTABLE[{card}]{key}{via}")
+            note = f"; ZTABLE[{card}]{key} unused: {bad}"
         if key in ctable and force != "compressed":
             bad = config_misfit(ctable[key], N, K, m, dual)
             if not bad:
-                return PlanEntry("plain", ctable[key], f"CTABLE{key}{via}{note}")
-            note += f"; CTABLE{key} unused: {bad}"
+                return PlanEntry("plain", ctable[key], f"CTABLE[{card}]{key}{via}{note}")
+            note += f"; CTABLE[{card}]{key} unused: {bad}"
     pnote = ""
     if can_z and force != "plain" and (force == "compressed" or ref is None):
-        cfg, why = planner_config(N, K, m, "compressed")
+        cfg, why = planner_config(N, K, m, "compressed", False, card)
         if cfg is not None:
-            return PlanEntry("compressed", cfg, why + note)
+            return PlanEntry("compressed", cfg, why + note + nocard)
         pnote = f"; planner (compressed): {why}"
         cfg = default_config(N, K, m, compressed=True)
         # the default's compressed config only where the planner plans the 12-bit path at all (not at m >= 17, where
         # every bf16 row runs plain gemvt), or when forced
-        if cfg is not None and (force == "compressed" or planner_plans("compressed", m)):
-            return PlanEntry("compressed", cfg, "default rule" + note + pnote)
+        if cfg is not None and (force == "compressed" or planner_plans("compressed", m, False, card)):
+            return PlanEntry("compressed", cfg, "default rule" + note + pnote + nocard)
         if force == "compressed":
             raise ValueError(f"no compressed config fits layer '{layer}' N={N}, K={K}, m={m}")
     if not note and not can_z and isinstance(compressible, str) and force != "plain":
         note = f"; compressed not used: {compressible}"
-    cfg, why = planner_config(N, K, m, "plain", dual)
+    cfg, why = planner_config(N, K, m, "plain", dual, card)
     if cfg is not None:
-        return PlanEntry("plain", cfg, why + note)
+        return PlanEntry("plain", cfg, why + note + nocard)
     cfg = default_config(N, K, m, compressed=False)
     if cfg is not None:
-        return PlanEntry("plain", cfg, f"default rule{note}{pnote}; planner (plain): {why}")
+        return PlanEntry("plain", cfg, f"default rule{note}{pnote}; planner (plain): {why}{nocard}")
     return PlanEntry("fallback", None, f"no plain config fits N={N}, K={K}, m={m}")
 
 
@@ -3041,12 +3480,12 @@ class Layer:
         return lr
 
     def set_config(self, m, cfg):
-        """Use cfg (a GemvConfig, GemvzConfig or GemvtConfig) for m from now on (tune.py, tools); packs the weights
-        its family reads and grows the workspace if needed."""
+        """Use cfg (a config of any family: GemvConfig, GemvzConfig, GemvtConfig, GemvtzConfig) for m from now on
+        (tune.py, tools); packs the weights its family reads and grows the workspace if needed."""
         why = config_misfit(cfg, self.N, self.K, m, self.dual)
         if why:
             raise ValueError(f"config {cfg} does not fit layer '{self.name}' at m={m}: {why}")
-        path = "compressed" if isinstance(cfg, GemvzConfig) else "plain"
+        path = family_path(family_of(cfg))
         if path == "compressed" and self.z is None:
             raise ValueError(f"layer '{self.name}' has no compressed weights ({self.z_note})")
         self.plans[m] = PlanEntry(path, cfg, "set_config")
@@ -3441,3 +3880,452 @@ def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=
             L.launch(m)
     torch.cuda.synchronize(L.device)
     return L
+
+
+# ===================================================================================================================
+# muse/nn.py
+# ===================================================================================================================
+# The drop-in for real models: Linear (an nn.Linear replacement that holds a prepared layer), patch(model) (replaces
+# every eligible nn.Linear in place, frees the originals, reports), and the custom op muse::gemv, through which
+# torch.compile(fullgraph=True) and CUDA graphs take a patched model with no graph break.
+#
+# Eager or op: linear_gemv() is the one place that chooses. Eager calls go straight to kernel_fn; only code that
+# torch.compile traces (torch.compiler.is_compiling()) calls torch.ops.muse.gemv. Why: on the H100 host (issue 50) an
+# eager call cost F.linear 12.7 us, kernel_fn 8.7 us and a Python torch.library.custom_op around kernel_fn 20.0 us, and
+# Hugging Face's default generate makes 225 eager Linear calls a token: the op would put eager decode behind torch. In a
+# compiled graph under CUDA graphs (mode="reduce-overhead") the op's host cost is paid at capture, not per replay; a
+# compiled graph without CUDA graphs pays it on every call, as inductor calls the op.
+# Measured 2026-12-06 on the H100 host (4096 x 4096 bf16, m = 1, batches of 50 calls synchronized between,
+# us a call): kernel_fn 10.5-11.6, torch.ops.muse.gemv 20.2-21.5; module against module, 2-D x: Linear 14.2-14.6,
+# nn.Linear 22.1-23.0; [1, 1, K] x (Hugging Face's shape): Linear 19.2-19.5, nn.Linear 23.7-25.1. A bias adds one torch
+# add_ (6.9 us host; nn.Linear's is in cuBLAS's epilogue): Linear with bias 27.2 against nn.Linear's 24.2 at best.
+#
+# The registry: muse::gemv takes (x, layer_id); layer_id is an int that dynamo bakes into the graph as a constant, and
+# the op finds the Linear it names in a registry of weak references. The registry lives in sys.modules under
+# OP_REGISTRY_MODULE, not in this module, so that every copy of this code in one process (submission imported twice
+# under two names, a tool's variant build, the muse package beside submission.py) shares one op and one registry:
+# whichever copy imports first defines the op (once: a second definition would raise "already registered"), and the op
+# calls whichever copy's Linear the id names. The contract between copies is that small: a registered object has
+# out_features, out_dtype and gemv_eager(x).
+GEMV_OP = "muse::gemv"
+OP_REGISTRY_MODULE = "_muse_gemv_registry"
+# The device types whose weights patch() hands to prepare (it runs on CUDA only); the CPU tests add "cpu" to drive
+# patch() with a stand-in prepare.
+PATCH_DEVICES = ("cuda",)
+
+
+# ---- the custom op and its registry ---------------------------------------------------------------------------------
+def op_registry():
+    """The process-wide registry behind muse::gemv (see the module docstring): a module object in sys.modules with
+    layers ({layer_id: weakref to a Linear}), ids (the next layer_id) and lib (the torch.library.Library that holds
+    the op's definition alive; None where the op was already defined when the registry was made). The first call
+    defines the op; later calls, from this copy of the code or another, return the same object."""
+    reg = sys.modules.get(OP_REGISTRY_MODULE)
+    if reg is None:
+        reg = types.ModuleType(OP_REGISTRY_MODULE, "muse::gemv's registry: layer_id -> weakref to a Linear (muse/nn.py)")
+        reg.layers = {}
+        reg.ids = itertools.count()
+        reg.lib = None if hasattr(torch.ops.muse, "gemv") else define_gemv_op()
+        sys.modules[OP_REGISTRY_MODULE] = reg
+    return reg
+
+
+def define_gemv_op():
+    """Define muse::gemv(Tensor x, int layer_id) -> Tensor: y [*x.shape[:-1], N] = x @ W.T of the registered Linear.
+    The kernel is registered for CompositeExplicitAutograd (every device: CUDA for the real layers, CPU for the tests'
+    stand-ins); the fake function, which torch.compile and FakeTensorMode run instead of it, only reads the Linear's
+    N and output dtype (no CUDA work). Autograd is not supported (Linear.forward refuses before the op is reached).
+    Returns the Library, which must be kept alive (the registration goes with it)."""
+    lib = torch.library.Library("muse", "FRAGMENT")
+    lib.define("gemv(Tensor x, int layer_id) -> Tensor")
+    lib.impl("gemv", gemv_op_impl, "CompositeExplicitAutograd")
+    torch.library.register_fake(GEMV_OP, gemv_op_fake, lib=lib)
+    return lib
+
+
+def registered_linear(layer_id):
+    """The live Linear that muse::gemv's layer_id names; RuntimeError when there is none (freed, or never made)."""
+    ref = op_registry().layers.get(layer_id)
+    lin = None if ref is None else ref()
+    if lin is None:
+        raise RuntimeError(f"{GEMV_OP}: no live submission.Linear has layer_id {layer_id} (the module was freed; a "
+                           f"compiled graph must not outlive the model it was compiled from)")
+    return lin
+
+
+def gemv_op_impl(x, layer_id):
+    """muse::gemv's kernel: the Linear's direct path (kernel_fn), bias not included."""
+    return registered_linear(layer_id).gemv_eager(x)
+
+
+def gemv_op_fake(x, layer_id):
+    """muse::gemv's fake (meta) function: an empty [*x.shape[:-1], N] of the layer's output dtype."""
+    lin = registered_linear(layer_id)
+    return x.new_empty((*x.shape[:-1], lin.out_features), dtype=lin.out_dtype)
+
+
+def register_linear(lin):
+    """A new layer_id for lin, held weakly: the entry goes when lin is freed (ids are never reused)."""
+    reg = op_registry()
+    layer_id = next(reg.ids)
+    reg.layers[layer_id] = weakref.ref(lin, lambda _ref, i=layer_id, layers=reg.layers: layers.pop(i, None))
+    return layer_id
+
+
+op_registry()      # define the op at import (CPU too), so torch.ops.muse.gemv exists before any Linear
+
+
+def linear_gemv(lin, x):
+    """x [..., K] -> [..., N] for a Linear, bias not included: THE choice between the two paths. Inside code that
+    torch.compile traces, the custom op (a graph node, no break); everywhere else the direct path, kernel_fn, at its
+    own host cost (the op's Python dispatch would cost about 11 us more a call than kernel_fn: module docstring)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.muse.gemv(x, lin.layer_id)
+    return lin.gemv_eager(x)
+
+
+# ---- what a prepared layer holds and does, for reports ----------------------------------------------------------------
+_PATH_LINE = re.compile(r"^\s+m(?:=(\d+)(?:\.\.(\d+))?|(>\d+))\s+(\S+)")
+
+
+def layer_paths(layer):
+    """The path of every m range, from layer.describe(), adjacent ranges of one path merged (describe() splits them by
+    config): e.g. ['m=1..16 compressed', 'm=17..32 plain', 'm>32 fallback']."""
+    spans = []                                        # [first m, last m, path]; first m is '>32' for the tail
+    for line in layer.describe().split("\n")[1:]:
+        hit = _PATH_LINE.match(line)
+        if not hit:
+            continue
+        lo, hi, tail, path = hit.groups()
+        if tail:
+            spans.append([tail, None, path])
+        elif spans and spans[-1][2] == path and spans[-1][1] == int(lo) - 1:
+            spans[-1][1] = int(hi or lo)
+        else:
+            spans.append([int(lo), int(hi or lo), path])
+    return [f"m{a} {p}" if b is None else f"m={a} {p}" if a == b else f"m={a}..{b} {p}" for a, b, p in spans]
+
+
+def layer_bytes_held(layer):
+    """Bytes of GPU (or CPU) memory the layer's tensors hold: every distinct storage among its attributes and one
+    level inside them (the 12-bit ZPack's tensors, lists), counted whole once. It measures what the layer keeps
+    alive, whatever its attributes are called (weights, packed copies, workspace, semaphores)."""
+    seen, total = set(), 0
+
+    def add(t):
+        nonlocal total
+        s = t.untyped_storage()
+        key = (t.device, s.data_ptr())
+        if key not in seen:
+            seen.add(key)
+            total += s.nbytes()
+
+    for v in vars(layer).values():
+        if isinstance(v, torch.Tensor):
+            add(v)
+        elif isinstance(v, (tuple, list)):
+            for u in v:
+                if isinstance(u, torch.Tensor):
+                    add(u)
+    return total
+
+
+# ---- the module -------------------------------------------------------------------------------------------------
+class Linear(torch.nn.Module):
+    """An nn.Linear for inference on the GPU: y = x @ W.T + b through a prepared layer (submission.prepare), so
+    m <= 32 rows run our kernels and more rows the layer's fallback. x: bf16 CUDA [..., K] (any leading dims); y:
+    [..., N], bf16 (fp32 for an fp32 weight, router-style, as prepare gives). It keeps no reference to the weight it
+    was built from (the prepared layer holds what it needs), only its own copy of the bias, in y's dtype.
+
+    Linear(weight, bias=None, *, name=None, **prepare_kwargs) or Linear.from_linear(nn_linear, name=None, ...);
+    prepare_kwargs go to prepare (path=, pdl=, tune=, ...). Attributes: in_features (K), out_features (N), out_dtype,
+    device, name, layer (the prepared layer), layer_id (its muse::gemv id), bias (a buffer in out_dtype, or None).
+    Inference only: a forward that autograd would need to differentiate raises RuntimeError."""
+
+    def __init__(self, weight, bias=None, *, name=None, **prepare_kwargs):
+        super().__init__()
+        if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+            raise TypeError(f"weight must be a 2-D torch.Tensor [N, K], got "
+                            f"{tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__}")
+        N, K = weight.shape
+        name = name or f"linear[{N}x{K}]"
+        with torch.no_grad():
+            layer = prepare(name, weight.detach(), **prepare_kwargs)
+        self.name, self.layer = name, layer
+        self.in_features, self.out_features = K, N
+        self.out_dtype, self.device = layer.out_dtype, weight.device
+        if bias is not None:
+            if not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (N,):
+                raise ValueError(f"bias of Linear '{name}' must be a tensor of shape ({N},), got "
+                                 f"{tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__}")
+            bias = bias.detach().to(self.device, self.out_dtype, copy=True)
+        # a buffer, not a Parameter: nothing here trains, and an op on a Parameter costs host time (its
+        # __torch_function__); state_dict() still has 'bias', as nn.Linear's
+        self.register_buffer("bias", bias)
+        self._paths = layer_paths(layer)
+        self._head = layer.describe().split("\n")[0]
+        self.layer_id = register_linear(self)
+
+    @classmethod
+    def from_linear(cls, lin, name=None, **prepare_kwargs):
+        """A Linear with lin's weight and bias (lin itself is left as it is: drop it to free its weight)."""
+        if not isinstance(lin, torch.nn.Linear):
+            raise TypeError(f"from_linear takes a torch.nn.Linear, got {type(lin).__name__}")
+        return cls(lin.weight, lin.bias, name=name, **prepare_kwargs)
+
+    def forward(self, x):
+        if (not isinstance(x, torch.Tensor) or x.dtype != torch.bfloat16 or x.dim() == 0
+                or x.shape[-1] != self.in_features or x.device != self.device):
+            raise self._input_error(x)
+        b = self._buffers["bias"]          # not self.bias: Module.__getattr__ costs about 0.6 us a call
+        if torch.is_grad_enabled() and (x.requires_grad or (b is not None and b.requires_grad)):
+            what = "x.requires_grad is True" if x.requires_grad else "its bias requires grad"
+            raise RuntimeError(f"submission.Linear '{self.name}' is inference-only, but {what} with grad mode on: run "
+                               f"the model under torch.inference_mode() or torch.no_grad() (or pass x.detach())")
+        y = linear_gemv(self, x)
+        if b is not None:
+            y.add_(b)                       # y is ours (fresh): in place, one kernel and no allocation
+        return y
+
+    def gemv_eager(self, x):
+        """The direct path, bias not included: x [..., K] (bf16, on the layer's device) -> [..., N] through kernel_fn.
+        x is reshaped to [m, K], copied only when that is not a contiguous, 16-byte-aligned view; m = 0 gives an empty
+        result. Also muse::gemv's kernel."""
+        nd = x.dim()
+        x2 = x if nd == 2 else x.view(-1, self.in_features) if x.is_contiguous() else x.reshape(-1, self.in_features)
+        if not x2.is_contiguous() or x2.data_ptr() % 16:
+            x2 = x2.clone(memory_format=torch.contiguous_format)
+        if x2.shape[0] == 0:
+            return x.new_empty((*x.shape[:-1], self.out_features), dtype=self.out_dtype)
+        y = kernel_fn(x2, self.layer)
+        return y if nd == 2 else y.view(*x.shape[:-1], self.out_features)
+
+    def _input_error(self, x):
+        """The exception for an x that forward cannot take, naming what was expected and what came."""
+        who = f"submission.Linear '{self.name}'"
+        if not isinstance(x, torch.Tensor):
+            return TypeError(f"{who}: x must be a torch.Tensor, got {type(x).__name__}")
+        if x.dtype != torch.bfloat16:
+            router = (" (this layer's weight is fp32: the kernels take bf16 x and give fp32 y)"
+                      if self.out_dtype == torch.float32 else "")
+            return TypeError(f"{who}: x must be torch.bfloat16, got {x.dtype}{router}")
+        if x.dim() == 0 or x.shape[-1] != self.in_features:
+            return ValueError(f"{who}: x must be [..., {self.in_features}] (in_features={self.in_features}), got shape "
+                              f"{tuple(x.shape)}")
+        return ValueError(f"{who}: x must be on {self.device} (where the layer was prepared), got {x.device}")
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"{self._head.strip()}; {', '.join(self._paths)}")
+
+    def _apply(self, fn, recurse=True):
+        """.to() / .cuda() / .half() ...: the prepared layer cannot move or change dtype, so a conversion that would
+        change the output's dtype or device raises (patch after moving the model); one that changes nothing passes."""
+        probe = fn(torch.empty(0, dtype=self.out_dtype, device=self.device))
+        if probe.dtype != self.out_dtype or probe.device != self.device:
+            raise RuntimeError(f"submission.Linear '{self.name}' cannot move from {self.out_dtype} on {self.device} to "
+                               f"{probe.dtype} on {probe.device}: its weights are prepared for that device; convert "
+                               f"the model before patch()")
+        return super()._apply(fn, recurse)
+
+    def __deepcopy__(self, memo):
+        raise TypeError(f"submission.Linear '{self.name}' cannot be deep-copied (its prepared layer holds device "
+                        f"buffers and launches): patch a copy of the original model instead")
+
+
+# ---- the patcher ------------------------------------------------------------------------------------------------
+PatchedLayer = collections.namedtuple("PatchedLayer", "name N K dtype bias paths bytes_held bytes_before")
+SkippedLayer = collections.namedtuple("SkippedLayer", "name N K dtype why")
+
+
+class PatchReport:
+    """What patch() did: replaced (PatchedLayer: name, N, K, dtype, bias, paths (one 'm=a..b path' per m range, from
+    describe()), bytes_held (the prepared layer's tensors, layer_bytes_held), bytes_before (the nn.Linear's weight
+    and bias)), skipped (SkippedLayer: name, N, K, dtype, why), seconds, and torch.cuda.memory_allocated() before and
+    after (None without CUDA). str() is the summary patch(verbose=True) prints; to_dict() is JSON-ready."""
+
+    def __init__(self):
+        self.replaced, self.skipped = [], []
+        self.seconds = 0.0
+        self.allocated_before = self.allocated_after = None
+
+    @property
+    def bytes_held(self):
+        return sum(r.bytes_held for r in self.replaced)
+
+    @property
+    def bytes_before(self):
+        return sum(r.bytes_before for r in self.replaced)
+
+    def to_dict(self):
+        return {"replaced": [r._asdict() for r in self.replaced], "skipped": [s._asdict() for s in self.skipped],
+                "bytes_held": self.bytes_held, "bytes_before": self.bytes_before, "seconds": round(self.seconds, 3),
+                "allocated_before": self.allocated_before, "allocated_after": self.allocated_after}
+
+    def summary(self, max_skipped=10):
+        """A line of totals, one line per distinct (shape, dtype, paths) with its count, then the skipped layers
+        (max_skipped of them, then a count)."""
+        gb = lambda b: f"{b / 1e9:.3f} GB"   # noqa: E731
+        ratio = f" ({self.bytes_held / self.bytes_before:.2f}x)" if self.bytes_before else ""
+        lines = [f"[muse] patch: replaced {len(self.replaced)} Linear layers, skipped {len(self.skipped)}, "
+                 f"{self.seconds:.1f} s; their weights {gb(self.bytes_before)} -> held {gb(self.bytes_held)}{ratio}"]
+        if self.allocated_before is not None:
+            lines[0] += f"; cuda allocated {gb(self.allocated_before)} -> {gb(self.allocated_after)}"
+        groups = collections.OrderedDict()
+        for r in self.replaced:
+            g = groups.setdefault((r.N, r.K, r.dtype, tuple(r.paths)), [0, 0])
+            g[0] += 1
+            g[1] += r.bytes_held
+        if groups:
+            lines.append(f"  {'N x K':>15}  dtype  count  held/layer  paths")
+        for (N, K, dtype, paths), (count, held) in groups.items():
+            dtype = {"bfloat16": "bf16", "float32": "fp32"}.get(dtype, dtype)
+            lines.append(f"  {f'{N} x {K}':>15}  {dtype:<5}  {count:>5}  {held / count / 1e6:>7.2f} MB  "
+                         f"{', '.join(paths)}")
+        for s in self.skipped[:max_skipped]:
+            lines.append(f"  skipped {s.name} [{s.N} x {s.K}] {s.dtype}: {s.why}")
+        if len(self.skipped) > max_skipped:
+            lines.append(f"  ... and {len(self.skipped) - max_skipped} more skipped (report.skipped)")
+        return "\n".join(lines)
+
+    __str__ = summary
+
+    def __repr__(self):
+        return f"<PatchReport: {len(self.replaced)} replaced, {len(self.skipped)} skipped>"
+
+
+def linear_misfit(lin, min_features):
+    """Why patch() leaves this nn.Linear alone, or None when it is eligible. Eligible: exactly torch.nn.Linear (a
+    subclass's owner may read .weight: MultiheadAttention's out_proj does), a bf16 or fp32 weight on CUDA, N % 16 == 0
+    and K % 64 == 0 (what the kernels take: another shape would only run the cuBLAS fallback, at more host cost than
+    F.linear), and N, K >= min_features. Ties are patch()'s question (they need the whole model)."""
+    w = lin.weight
+    N, K = lin.out_features, lin.in_features
+    if type(lin) is not torch.nn.Linear:
+        return f"{type(lin).__name__} is a subclass of nn.Linear (its owner may read .weight)"
+    if w.dtype not in (torch.bfloat16, torch.float32):
+        return f"weight is {w.dtype}: the kernels take torch.bfloat16 or torch.float32"
+    if w.device.type not in PATCH_DEVICES:
+        return f"weight is on {w.device}: prepare needs a CUDA tensor"
+    if N % 16 or K % 64:
+        return (f"N={N}, K={K}: the kernels need N % 16 == 0 and K % 64 == 0 (patched, it would only run the cuBLAS "
+                f"fallback)")
+    if min(N, K) < min_features:
+        return f"N={N}, K={K}: smaller than min_features={min_features}"
+    return None
+
+
+def _skip_matcher(skip):
+    """skip= as a predicate (name, module) -> bool: a callable as it is; a str or an iterable of str as names or
+    fnmatch patterns ('*.lm_head') of the qualified module name."""
+    if callable(skip):
+        return skip
+    pats = [skip] if isinstance(skip, str) else list(skip)
+    bad = [p for p in pats if not isinstance(p, str)]
+    if bad:
+        raise TypeError(f"skip must be a callable (name, module) -> bool or names / fnmatch patterns, got {bad[0]!r}")
+    return lambda name, mod: any(fnmatch.fnmatchcase(name, p) for p in pats)
+
+
+def _submodule(model, name):
+    """model's submodule at a qualified name, through _modules (named_modules' own walk: a child named like a Module
+    method, e.g. 'half', is found too, where get_submodule's getattr finds the method)."""
+    mod = model
+    for item in name.split(".") if name else ():
+        mod = mod._modules[item]
+    return mod
+
+
+def _storage_key(t):
+    s = t.untyped_storage()
+    return (t.device, s.data_ptr()) if s.data_ptr() else None
+
+
+def patch(model, *, min_features=128, skip=(), tied=False, verbose=True, **prepare_kwargs):
+    """Replace every eligible torch.nn.Linear of model, in place, with a submission.Linear; return a PatchReport.
+
+    Eligible (linear_misfit): exactly nn.Linear; bf16 or fp32 weight on CUDA; N % 16 == 0 and K % 64 == 0;
+    N, K >= min_features (default 128); not matched by skip (a predicate (name, module) -> bool, or names / fnmatch
+    patterns of qualified module names); and not tied: a weight whose storage another module's parameter or buffer
+    shares (an lm_head tied to the embedding) is skipped unless tied=True, which gives that Linear its own prepared
+    copy while the shared tensor stays for its other owner. A module reachable under several names is replaced under
+    all of them by one Linear. prepare_kwargs go to prepare (path=, pdl=, tune=, ...); a ValueError from prepare
+    (e.g. path='compressed' on a weight that cannot take it) skips that layer with its message.
+
+    The originals are dropped as each layer is replaced (the model's references; ones held elsewhere keep theirs),
+    then gc.collect() and torch.cuda.empty_cache() return their memory. With verbose, a line on stderr every tenth of
+    a long run and the summary (str(report)) on stdout."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"patch takes a torch.nn.Module, got {type(model).__name__}")
+    t0 = time.time()
+    skipped_by = _skip_matcher(skip)
+    report = PatchReport()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        report.allocated_before = torch.cuda.memory_allocated()
+
+    names, owners = collections.OrderedDict(), {}     # id(Linear) -> its qualified names; storage -> owning modules
+    for mname, mod in model.named_modules(remove_duplicate=False):
+        if isinstance(mod, torch.nn.Linear):
+            names.setdefault(id(mod), []).append(mname)
+        for pname, t in itertools.chain(mod.named_parameters(recurse=False), mod.named_buffers(recurse=False)):
+            key = _storage_key(t) if t is not None else None
+            if key is not None:
+                owners.setdefault(key, {}).setdefault(id(mod), f"{mname}.{pname}" if mname else pname)
+
+    todo = []                                          # (name, all names): no module references held
+    for qnames in names.values():
+        name = qnames[0]
+        lin = _submodule(model, name)
+        w = lin.weight
+        why = None
+        if any(skipped_by(n, lin) for n in qnames):
+            why = "skip= matched it"
+        elif not name:
+            why = "the model itself is an nn.Linear: use submission.Linear.from_linear(model)"
+        else:
+            why = linear_misfit(lin, min_features)
+        if why is None and not tied:
+            key = _storage_key(w)
+            others = [n for i, n in (owners.get(key, {}) if key else {}).items() if i != id(lin)]
+            if others:
+                why = (f"weight tied to {', '.join(others)} (shared storage): pass tied=True to patch it with its own "
+                       f"prepared copy (the shared tensor stays)")
+        if why is None:
+            todo.append((name, qnames))
+        else:
+            report.skipped.append(SkippedLayer(name, lin.out_features, lin.in_features,
+                                               str(w.dtype).replace("torch.", ""), why))
+        del lin, w                                     # hold no original beyond this loop
+
+    every = max(1, len(todo) // 10) if verbose and len(todo) > 20 else 0
+    for i, (name, qnames) in enumerate(todo):
+        lin = _submodule(model, name)
+        w, b = lin.weight, lin.bias
+        dtype = str(w.dtype).replace("torch.", "")
+        before = w.numel() * w.element_size() + (0 if b is None else b.numel() * b.element_size())
+        try:
+            new = Linear.from_linear(lin, name=name, **prepare_kwargs)
+        except ValueError as e:
+            report.skipped.append(SkippedLayer(name, lin.out_features, lin.in_features, dtype, f"prepare: {e}"))
+            continue
+        finally:
+            del lin, w, b
+        for n in qnames:
+            parent, _, leaf = n.rpartition(".")
+            setattr(_submodule(model, parent), leaf, new)
+        report.replaced.append(PatchedLayer(name, new.out_features, new.in_features, dtype, new.bias is not None,
+                                            list(new._paths), layer_bytes_held(new.layer), before))
+        del new
+        if every and ((i + 1) % every == 0 or i + 1 == len(todo)):
+            print(f"[muse] patch: {i + 1}/{len(todo)} layers prepared, {time.time() - t0:.1f} s", file=sys.stderr,
+                  flush=True)
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+        report.allocated_after = torch.cuda.memory_allocated()
+        if report.allocated_before is None:
+            report.allocated_before = report.allocated_after   # CUDA started inside patch: no earlier reading
+    report.seconds = time.time() - t0
+    if verbose:
+        print(report.summary(), flush=True)
+    return report

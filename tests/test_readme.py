@@ -1,5 +1,6 @@
 """README.md's two commands keep their form: they are what a new user runs verbatim (issue #26: a bare `pip` on the
-H200 machine belongs to another Python and failed at `torch>=2.4`)."""
+H200 machine belongs to another Python and failed at `torch>=2.4`; issue #49: the CPU line must resolve with the public
+package index alone)."""
 import os
 import re
 
@@ -48,3 +49,17 @@ def test_requirements_ask_for_no_torch():
 def test_the_cpu_command_installs_the_cpu_torch_by_exact_version():
     cpu = _commands()[1]
     assert re.search(r"\btorch==2\.13\.0\b", cpu) and "-r requirements.txt" in cpu
+
+
+def test_the_cpu_command_resolves_with_the_public_index_alone():
+    # issue #49: on the public index torch 2.13.0 is the CUDA build, which pins triton==3.7.1; the old line's
+    # triton==3.6.0 made `pip install --dry-run --isolated --ignore-installed` end in ResolutionImpossible. The line
+    # names no index or wheel folder of its own (here pip's configuration adds the local CPU build), and every package
+    # it names besides the requirements file is pinned.
+    cpu = _commands()[1]
+    install = cpu.split("&&")[0].split()
+    assert install[:4] == ["python3", "-m", "pip", "install"]
+    assert not any(w.startswith(("--index-url", "-i", "--extra-index-url", "--find-links", "-f", "--no-index"))
+                   for w in install[4:]), install
+    pins = dict(w.split("==") for w in install[4:] if "==" in w)
+    assert pins == {"torch": "2.13.0", "triton": "3.7.1"}, pins
