@@ -25,7 +25,8 @@ def check_weight(name, weight):
         raise ValueError(f"weight of layer '{name}' must be a CUDA tensor, got device {weight.device}")
 
 
-def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=None, tune=False, tune_cache=None):
+def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=None, tune=False, tune_cache=None,
+            one_copy=False):
     """Pack one layer and plan every m. weight: CUDA [N, K], bf16 or fp32 (router: hi + lo, fp32 out).
 
     path: None (tables and planner decide per m), 'plain' or 'compressed' (force one path for every m <= 32;
@@ -37,6 +38,12 @@ def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=
           cheapest candidates on this layer's weights and keep the fastest; the winner is cached on disk (tune_cache,
           default tune_cache_path(): device, kernel build, shape), so a shape is timed once (a few seconds; a line on
           stderr says what was timed). describe() says "tuned on this device" / "tuned (cached ...)".
+    one_copy: False (the fastest plan of every m, whatever copies it needs, and a reference to the caller's tensor for
+          m > 32), or True: where the weight compresses, every m <= 32 runs on the 12-bit stream (the compressed config
+          of its m; a plain row of the tables is passed over) and m > 32 rebuilds slices of W from that stream
+          (dense_matmul), so the layer holds one copy, about 1.5 bytes a weight, and no reference to the caller's
+          tensor, which the caller may free. A weight that does not compress keeps its packed plain copy (or copies)
+          and drops the tensor where every m can run from them. describe() says what the layer holds.
     Runs eagerly (may allocate, synchronize, verify). Returns a Layer; layer.describe() says what each m does.
     """
     check_weight(name, weight)
@@ -44,6 +51,8 @@ def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=
         raise ValueError(f"path must be None, 'plain' or 'compressed', got {path!r}")
     if not isinstance(tune, bool):
         raise TypeError(f"tune must be True or False, got {tune!r}")
+    if not isinstance(one_copy, bool):
+        raise TypeError(f"one_copy must be True or False, got {one_copy!r}")
     ext = shipped_extension() if ext is None else ext
     weight = weight.contiguous()
     L = Layer(name, weight)
@@ -88,6 +97,20 @@ def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=
         return p._replace(config=walk[0], why=p.why + walk[1])
 
     L.plans = [None] + [plan_m(m) for m in range(1, MAX_M + 1)]
+    if one_copy and L.z is not None:        # the 12-bit stream at every m: no plain copy beside it
+        for m in range(1, MAX_M + 1):
+            if L.plans[m].path != "plain":
+                continue
+            try:
+                p = plan_for(name, N, K, m, L.dual, True, "compressed", ctable, ztable)
+            except ValueError as e:
+                L.plans[m] = L.plans[m]._replace(why=L.plans[m].why + f"; one copy: no compressed config ({e})")
+                continue
+            walk = walk_for(L.z, p.config, m)
+            if isinstance(walk, str):
+                L.plans[m] = L.plans[m]._replace(why=L.plans[m].why + f"; one copy: {walk}")
+                continue
+            L.plans[m] = p._replace(config=walk[0], why=f"one copy: {p.why}{walk[1]}")
     if L.z is not None and not any(p.path == "compressed" for p in L.plans[1:]):   # no m takes it: drop the copy
         why = next((r for r in whys if r is not True), "the tables send every m to the plain path")
         L.z_note, L.z = f"not used: {why}", None
@@ -98,5 +121,7 @@ def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=
     for m in range(1, MAX_M + 1):       # the launches, here rather than in a first kernel_fn (maybe under capture)
         if L.plans[m].path in ("plain", "compressed"):
             L.launch(m)
+    if one_copy and L.can_drop_weight():
+        L.weight = None                 # the caller may free its tensor: m > 32 rebuilds W from the layer's own copy
     torch.cuda.synchronize(L.device)
     return L

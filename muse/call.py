@@ -1,10 +1,25 @@
 """The per-call path: kernel_fn (host-side checks, then one launch on the current stream) and the cuBLAS fallback for
 what the kernels do not run (m > 32, shapes they do not take)."""
+import contextlib
+
 import torch
 
 from .extension import raw_stream
 from .families import MAX_M
 from .layer import Layer
+
+
+@contextlib.contextmanager
+def full_precision_sums():
+    """cuBLAS's bf16 GEMMs with their split-K partial sums kept in fp32 (torch lets cuBLAS reduce them in bf16 by
+    default, which can miss SPEC's tolerance), restored afterwards."""
+    flags = torch.backends.cuda.matmul
+    old = flags.allow_bf16_reduced_precision_reduction
+    flags.allow_bf16_reduced_precision_reduction = False
+    try:
+        yield
+    finally:
+        flags.allow_bf16_reduced_precision_reduction = old
 
 
 def fallback_matmul(x, w, out):
@@ -16,13 +31,27 @@ def fallback_matmul(x, w, out):
     if w.dtype == torch.float32:
         torch.mm(x.float(), w.t(), out=out)
         return
-    flags = torch.backends.cuda.matmul
-    old = flags.allow_bf16_reduced_precision_reduction
-    flags.allow_bf16_reduced_precision_reduction = False
-    try:
+    with full_precision_sums():
         torch.mm(x, w.t(), out=out)
-    finally:
-        flags.allow_bf16_reduced_precision_reduction = old
+
+
+DENSE_SLICE_BYTES = 8 * 1024 ** 2   # rows of W rebuilt at a time: a slice cuBLAS reads back from L2, not from HBM
+
+
+def dense_matmul(x, layer, out):
+    """out = x @ W.T for a layer that holds only its own copy (prepare(one_copy=True)): W rebuilt a slice of rows at
+    a time (layer.dense: the 12-bit stream decoded by the kernels' decz, or a packed copy permuted back), each slice
+    multiplied by cuBLAS with fp32 sums into its rows of out's transpose, then out = that transpose. The m > 32 path
+    (prefill) of such a layer; its cost beyond fallback_matmul is the decode of each slice (not yet measured)."""
+    N, K, m = layer.N, layer.K, x.shape[0]
+    step = max(64, DENSE_SLICE_BYTES // (K * (4 if layer.dual else 2)) // 64 * 64)
+    out_t = torch.empty((N, m), dtype=out.dtype, device=x.device)
+    xt = (x.float() if layer.dual else x).t()
+    with full_precision_sums():
+        for r0 in range(0, N, step):
+            r1 = min(N, r0 + step)
+            torch.mm(layer.dense(r0, r1), xt, out=out_t[r0:r1])
+    out.copy_(out_t.t())
 
 
 def kernel_fn(x, layer, out=None):
@@ -56,7 +85,10 @@ def kernel_fn(x, layer, out=None):
                          f"{out.dtype} {tuple(out.shape)} on {out.device}")
     p = layer.plans[m] if m <= MAX_M else None
     if p is None or p.path == "fallback":
-        fallback_matmul(x, layer.weight, out)
+        if layer.weight is not None:
+            fallback_matmul(x, layer.weight, out)
+        else:
+            dense_matmul(x, layer, out)
         return out
     layer.launch(m)(x.data_ptr(), out.data_ptr(), m, raw_stream(x.device), layer.pdl and p.config.pdl == 1)
     return out

@@ -6,7 +6,8 @@ import torch
 
 from .families import (FAMILIES, MAX_M, GemvConfig, GemvtConfig, config_misfit, family_of, family_path, instance_label,
                        kernel_name, runtime_values, template_args)
-from .packing import pack_plain, pack_tma, split_hi_lo
+from .extension import raw_stream
+from .packing import pack_plain, pack_tma, split_hi_lo, unpack_plain, unpack_tma
 from .planner import PlanEntry
 from .zformat import side_table_bits
 
@@ -21,7 +22,8 @@ class Layer:
 
     def __init__(self, name, weight):
         self.name = name
-        self.weight = weight                       # the caller's tensor: fallback path and reference
+        self.weight = weight                       # the caller's tensor, until prepare(one_copy=True) drops it
+        self.dtype = weight.dtype
         self.N, self.K = weight.shape
         self.dual = weight.dtype == torch.float32
         self.out_dtype = torch.float32 if self.dual else torch.bfloat16
@@ -44,7 +46,32 @@ class Layer:
             return self.z.stream.numel() + 8 * self.z.n_exc + 4 * (self.N + 1)
         if p.path == "plain":
             return 2 * self.N * self.K * (2 if self.dual else 1)
+        if self.weight is None:                  # the m > 32 path rebuilds slices from the layer's own copy
+            return sum(t.numel() * t.element_size() for k, t in self._copies().items())
         return self.weight.numel() * self.weight.element_size()
+
+    def _copies(self):
+        """{what: tensor} of the weight bytes this layer holds (the packed copies, and the caller's tensor while it is
+        referenced); the split-K workspace is not a copy of the weights."""
+        out = {}
+        if self.weight is not None:
+            out["the caller's tensor"] = self.weight
+        if self.z is not None:
+            out.update({"12-bit stream": self.z.stream, "windows": self.z.zbase, "side table": self.z.esc,
+                        "row offsets": self.z.eptr})
+        if self.w is not None:
+            out["fragment-order copy"] = self.w
+        if self.w2 is not None and self.w2 is not self.w:
+            out["fragment-order lo half"] = self.w2
+        if self.wt is not None:
+            out["TMA tiles"] = self.wt
+        return out
+
+    def bytes_held(self):
+        """GPU bytes this layer holds: its weight copies (and the caller's tensor while referenced) and the split-K
+        workspace."""
+        extra = sum(t.numel() * t.element_size() for t in (self.ws, self.sem) if t is not None)
+        return sum(t.numel() * t.element_size() for t in self._copies().values()) + extra
 
     def exception_columns(self):
         """Columns k that hold at least one out-of-window weight (probe these: a lossy format fails)."""
@@ -102,6 +129,52 @@ class Layer:
             self._launches[m] = lr
         return lr
 
+    # -- the m > 32 path from the layer's own bytes ------------------------------------------------------------------
+    def can_drop_weight(self):
+        """Whether every m can run from the layer's own copies, so it need not reference the caller's tensor: the
+        kernels take every m <= 32 (no shape fallback), and dense() can rebuild the weight for m > 32 from the 12-bit
+        stream, the fragment-order copy or (N % 64 == 0) the TMA tiles."""
+        if any(p.path == "fallback" for p in self.plans[1:]):
+            return False
+        return self.z is not None or self.w is not None or (self.wt is not None and self.N % 64 == 0)
+
+    def dense(self, r0, r1):
+        """Rows r0 .. r1 - 1 of W, [r1 - r0, K], bf16 (fp32 for the router's hi + lo), from the caller's tensor while it
+        is referenced, else from the layer's own copy: the 12-bit stream decoded by the kernels' own decz
+        (unpackz_kernel on the slice's row blocks) with the slice's out-of-window weights written back as fl(v + c),
+        which prepare verified is W; or the fragment-order copy or TMA tiles, permuted back. r0 and r1: multiples of
+        16 (of 64 from the tiles)."""
+        if self.weight is not None:
+            return self.weight[r0:r1]
+        rows, K = r1 - r0, self.K
+        if self.z is not None:
+            z = self.z
+            out = self._decode_rows(r0, r1)
+            e0, e1 = int(z.eptr[r0]), int(z.eptr[r1])
+            if e1 > e0:
+                r = torch.repeat_interleave(torch.arange(rows, device=self.device),
+                                            (z.eptr[r0 + 1:r1 + 1] - z.eptr[r0:r1]).long())
+                k = z.esc[e0:e1, 0].long()
+                v = out[r, k].float() + z.esc[e0:e1, 1].view(torch.float32)
+                out[r, k] = v.to(torch.bfloat16)
+            return out
+        if self.w is not None:
+            if self.dual:
+                return unpack_plain(self.w, r0 // 16, r1 // 16).float() + unpack_plain(self.w2, r0 // 16, r1 // 16).float()
+            return unpack_plain(self.w, r0 // 16, r1 // 16)
+        if self.wt is not None:
+            return unpack_tma(self.wt, r0 // 64, r1 // 64)
+        raise RuntimeError(f"layer '{self.name}' holds no copy of its weight")
+
+    def _decode_rows(self, r0, r1):
+        """Rows r0 .. r1 - 1 of the 12-bit stream decoded by the kernels' own decz (unpackz_kernel on those row
+        blocks, which are contiguous in the stream): W, but the nearest window value v at out-of-window weights."""
+        rows, K = r1 - r0, self.K
+        out = torch.empty((rows, K), dtype=torch.bfloat16, device=self.device)
+        st = self.z.stream.view(-1)[(r0 // 16) * (K // 64) * 1536:]
+        self._ext.unpackz(st.data_ptr(), self.z.zbase[r0:].data_ptr(), out.data_ptr(), rows, K, raw_stream(self.device))
+        return out
+
     def set_config(self, m, cfg):
         """Use cfg (a config of any family: GemvConfig, GemvzConfig, GemvtConfig, GemvtzConfig) for m from now on
         (tune.py, tools); packs the weights its family reads and grows the workspace if needed."""
@@ -119,8 +192,13 @@ class Layer:
     # -- internals -----------------------------------------------------------------------------------------------
     def pack(self):
         """The packed weights every plan's family reads (gemv: fragment order; gemvt: swizzled tiles), once each.
-        gemvz's stream is prepare's (it is verified on the GPU there)."""
+        gemvz's stream is prepare's (it is verified on the GPU there). A layer that dropped the caller's tensor
+        (prepare(one_copy=True)) cannot pack another layout."""
         cfgs = [p.config for p in self.plans[1:] if p is not None]
+        if self.weight is None and ((self.w is None and any(isinstance(c, GemvConfig) for c in cfgs)) or
+                                    (self.wt is None and any(isinstance(c, GemvtConfig) for c in cfgs))):
+            raise ValueError(f"layer '{self.name}' holds one copy (prepare(one_copy=True)): it has no bf16 weight to "
+                             f"pack another layout from; prepare it with one_copy=False for plain configs")
         if self.w is None and any(isinstance(c, GemvConfig) for c in cfgs):
             if self.dual:
                 hi, lo = split_hi_lo(self.weight)
@@ -144,10 +222,14 @@ class Layer:
             self.sem = torch.zeros(max(self.N // 16, 1), dtype=torch.int32, device=self.device)
 
     def describe(self):
-        mb = self.weight.numel() * self.weight.element_size() / 1e6
-        head = (f"layer '{self.name}' [{self.N} x {self.K}] {str(self.weight.dtype).replace('torch.', '')}"
+        mb = self.N * self.K * (4 if self.dual else 2) / 1e6
+        head = (f"layer '{self.name}' [{self.N} x {self.K}] {str(self.dtype).replace('torch.', '')}"
                 f" ({mb:.1f} MB){' DUAL hi+lo -> fp32 out' if self.dual else ''}; PDL {'on' if self.pdl else 'off'}")
         lines = [head]
+        held = self.bytes_held()
+        lines.append(f"  holds {held / 1e6:.1f} MB ({held / (self.N * self.K):.2f} bytes a weight, split-K workspace "
+                     f"included): {', '.join(self._copies())}"
+                     f"{'' if self.weight is None else '; prepare(one_copy=True) drops the tensor and any second copy'}")
         if self.z is not None:
             z = self.z
             rate = z.n_exc / (self.N * self.K)
@@ -169,8 +251,9 @@ class Layer:
             cfg = "" if p.config is None else f" {kernel_name(p.config)} {p.config}"
             lines.append(f"  {rng:<9} {p.path}{cfg}  [{p.why}]")
             i = j + 1
-        lines.append(f"  m>{MAX_M}      fallback cuBLAS ({'fp32 GEMM' if self.dual else 'bf16 GEMM, fp32 split-K sums'}: "
-                     f"fallback_matmul)  [m > {MAX_M}]")
+        src = "the caller's tensor" if self.weight is not None else "slices rebuilt from the layer's own copy"
+        lines.append(f"  m>{MAX_M}      fallback cuBLAS ({'fp32 GEMM' if self.dual else 'bf16 GEMM, fp32 split-K sums'} "
+                     f"on {src}: fallback_matmul)  [m > {MAX_M}]")
         return "\n".join(lines)
 
     __repr__ = describe

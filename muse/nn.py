@@ -167,7 +167,10 @@ class Linear(torch.nn.Module):
     was built from (the prepared layer holds what it needs), only its own copy of the bias, in y's dtype.
 
     Linear(weight, bias=None, *, name=None, **prepare_kwargs) or Linear.from_linear(nn_linear, name=None, ...);
-    prepare_kwargs go to prepare (path=, pdl=, tune=, ...). Attributes: in_features (K), out_features (N), out_dtype,
+    prepare_kwargs go to prepare (path=, pdl=, tune=, one_copy=, ...). one_copy defaults to True here (prepare's own
+    default is False, the judge's contract): a deployed model keeps one copy of each weight, the 12-bit stream where it
+    compresses, and m > 32 (prefill) rebuilds slices of it; one_copy=False keeps the fastest plan of every m and the
+    copies it needs. Attributes: in_features (K), out_features (N), out_dtype,
     device, name, layer (the prepared layer), layer_id (its muse::gemv id), bias (a buffer in out_dtype, or None).
     Inference only: a forward that autograd would need to differentiate raises RuntimeError."""
 
@@ -178,6 +181,7 @@ class Linear(torch.nn.Module):
                             f"{tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__}")
         N, K = weight.shape
         name = name or f"linear[{N}x{K}]"
+        prepare_kwargs.setdefault("one_copy", True)
         with torch.no_grad():
             layer = prepare(name, weight.detach(), **prepare_kwargs)
         self.name, self.layer = name, layer

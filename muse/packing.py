@@ -51,6 +51,27 @@ def pack_tma(w):
     return v[:, :, r[:, None], src, :].reshape(N // 64, K // 64, 64, 64).contiguous()
 
 
+def unpack_plain(packed, rb0=0, rb1=None):
+    """pack_plain's inverse for row blocks rb0 .. rb1 - 1: W[16 rb0 : 16 rb1] as [rows, K] (the m > 32 path of a
+    layer that holds only its packed copy)."""
+    RB, KB = packed.shape[:2]
+    rb1 = RB if rb1 is None else rb1
+    # pack_plain's permute took (rb, h, g, kb, t, s, p, e) to (rb, kb, s, g, t, p, h, e); this one takes it back
+    v = packed[rb0:rb1].reshape(rb1 - rb0, KB, 2, 8, 4, 2, 2, 2)           # rb, kb, s, g, t, p, h, e
+    return v.permute(0, 6, 3, 1, 4, 2, 5, 7).reshape(16 * (rb1 - rb0), 32 * KB)
+
+
+def unpack_tma(packed, rt0=0, rt1=None):
+    """pack_tma's inverse for row tiles rt0 .. rt1 - 1: W[64 rt0 : 64 rt1] as [rows, K]."""
+    RT, KT = packed.shape[:2]
+    rt1 = RT if rt1 is None else rt1
+    r = torch.arange(64, device=packed.device)
+    c = torch.arange(8, device=packed.device)
+    pos = c[None, :] ^ (r[:, None] & 7)                                  # where chunk c of row r sits
+    v = packed[rt0:rt1].reshape(rt1 - rt0, KT, 64, 8, 8)[:, :, r[:, None], pos, :]   # rt, kt, r, c, i
+    return v.permute(0, 2, 1, 3, 4).reshape(64 * (rt1 - rt0), 64 * KT)
+
+
 def split_hi_lo(w32):
     """The router's fp32 weight as two bf16 halves: hi = bf16(W), lo = bf16(W - hi) (W - hi is exact in fp32).
 

@@ -199,7 +199,9 @@ def test_linear_keeps_no_reference_to_the_weight(fake):
 
 def test_from_linear_passes_prepare_options_and_takes_only_nn_linear(fake):
     S.Linear.from_linear(torch.nn.Linear(64, 16, dtype=BF16), name="opt", path="plain", pdl=False)
-    assert fake.prepared["opt"].kwargs == {"path": "plain", "pdl": False}
+    assert fake.prepared["opt"].kwargs == {"path": "plain", "pdl": False, "one_copy": True}   # one copy unless told
+    S.Linear.from_linear(torch.nn.Linear(64, 16, dtype=BF16), name="two", one_copy=False)
+    assert fake.prepared["two"].kwargs == {"one_copy": False}
     with pytest.raises(TypeError, match="torch.nn.Linear, got Conv1d"):
         S.Linear.from_linear(torch.nn.Conv1d(4, 4, 1))
 
@@ -422,7 +424,7 @@ def test_patch_min_features_and_prepare_kwargs(fake):
     model = _Toy()
     report = S.patch(model, min_features=0, verbose=False, path="plain")
     assert "small" in [r.name for r in report.replaced]
-    assert all(layer.kwargs == {"path": "plain"} for layer in fake.prepared.values())
+    assert all(layer.kwargs == {"path": "plain", "one_copy": True} for layer in fake.prepared.values())
 
 
 def test_patch_a_prepare_valueerror_skips_that_layer_with_its_message(fake):
