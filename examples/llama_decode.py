@@ -62,6 +62,8 @@ def parse_args(argv=None):
     p.add_argument("--prompt-len", type=int, default=32, help="prompt tokens before the decode steps")
     p.add_argument("--seeds", type=int, default=3, help="prompts (seeds) the logits error is averaged over")
     p.add_argument("--path", choices=["plain", "compressed"], help="prepare's path= for every layer (default: planned)")
+    p.add_argument("--two-copies", action="store_true", help="prepare with one_copy=False: the fastest plan of every m "
+                   "and the copies it needs (default: patch's one copy, the 12-bit stream at every m)")
     p.add_argument("--no-fp32", action="store_true", help="skip the fp32 reference (and the logits error)")
     p.add_argument("--out", help="the JSON to write (default: results/e2e-<date>.json)")
     args = p.parse_args(argv)
@@ -358,7 +360,8 @@ def main(argv=None):
         torch_res = measure(model, transformers, args, cases, refs, log)
         free_cuda()
         log("[e2e] patch")
-        report = submission.patch(model, **({"path": args.path} if args.path else {}))
+        kw = dict({"path": args.path} if args.path else {}, one_copy=not args.two_copies)
+        report = submission.patch(model, **kw)
         delta = report.allocated_after - report.allocated_before
         res["weights"]["patched"] = {"bytes": report.bytes_held, "measured_bytes": bf16_bytes + delta,
                                      "allocated_before": report.allocated_before,
