@@ -12,7 +12,6 @@ Candidates:
   cublas      F.linear with torch's defaults (the reference time; its accuracy is reported, not required)
 """
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -24,18 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import judge
-
-
-@contextlib.contextmanager
-def exact_bf16_sums():
-    """cuBLAS's bf16 GEMM with fp32 split-K reductions for the duration (torch's default lets it reduce in bf16)."""
-    flags = torch.backends.cuda.matmul
-    old = flags.allow_bf16_reduced_precision_reduction
-    flags.allow_bf16_reduced_precision_reduction = False
-    try:
-        yield
-    finally:
-        flags.allow_bf16_reduced_precision_reduction = old
+from submission import full_precision_sums   # cuBLAS's bf16 GEMM with fp32 split-K sums, as fallback_matmul runs it
 
 
 def c_fp32(x, w):
@@ -43,7 +31,7 @@ def c_fp32(x, w):
 
 
 def c_bf16_exact(x, w):
-    with exact_bf16_sums():
+    with full_precision_sums():
         return F.linear(x, w)
 
 
