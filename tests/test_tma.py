@@ -12,9 +12,9 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 import submission as S
 import tune
+from tests.ring_layers import NAMES, prepared_layers
 
 DEV = "cuda"
-NAMES = ["qkv_gate", "o_proj", "pooler", "unpooler"]
 INSTS = [("gemvt", (nw, st, nb, ka)) for nw in (4, 8) for nb in (1, 2, 4) for st, ka in ((4, 1), (8, 2))]
 
 
@@ -25,12 +25,7 @@ def tma_ext():
 
 @pytest.fixture(scope="module")
 def layers(tma_ext):
-    out = {}
-    for i, name in enumerate(NAMES):
-        d = judge.LAYERS[name]
-        w = judge.trained_like(d["N"], d["K"], 41 + i, DEV, torch.bfloat16)
-        out[name] = (S.prepare(name, w, path="plain", ext=tma_ext), w)
-    return out
+    return prepared_layers(tma_ext, "plain", 41)
 
 
 @pytest.fixture(scope="module")

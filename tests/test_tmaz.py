@@ -13,9 +13,9 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 import submission as S
 import tune
+from tests.ring_layers import NAMES, prepared_layers
 
 DEV = "cuda"
-NAMES = ["qkv_gate", "o_proj", "pooler", "unpooler"]
 INSTS = ([("gemvtz", (nw, st, nb, ka)) for nw in (4, 8) for nb in (1, 2, 4) for st, ka in ((4, 1), (6, 2))] +
          [("gemvz", S.template_args(S.DEFAULT_GEMVZ[0], m)) for m in (1, 9, 17)])
 
@@ -27,12 +27,7 @@ def tz_ext():
 
 @pytest.fixture(scope="module")
 def layers(tz_ext):
-    out = {}
-    for i, name in enumerate(NAMES):
-        d = judge.LAYERS[name]
-        w = judge.trained_like(d["N"], d["K"], 51 + i, DEV, torch.bfloat16)
-        out[name] = (S.prepare(name, w, path="compressed", ext=tz_ext), w)
-    return out
+    return prepared_layers(tz_ext, "compressed", 51)
 
 
 @pytest.fixture(scope="module")
