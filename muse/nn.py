@@ -25,7 +25,6 @@ import collections
 import fnmatch
 import gc
 import itertools
-import re
 import sys
 import time
 import types
@@ -35,6 +34,7 @@ import torch
 
 from .api import prepare
 from .call import kernel_fn
+from .families import MAX_M
 
 GEMV_OP = "muse::gemv"
 OP_REGISTRY_MODULE = "_muse_gemv_registry"
@@ -114,25 +114,17 @@ def linear_gemv(lin, x):
 
 
 # ---- what a prepared layer holds and does, for reports ----------------------------------------------------------------
-_PATH_LINE = re.compile(r"^\s+m(?:=(\d+)(?:\.\.(\d+))?|(>\d+))\s+(\S+)")
-
-
 def layer_paths(layer):
-    """The path of every m range, from layer.describe(), adjacent ranges of one path merged (describe() splits them by
-    config): e.g. ['m=1..16 compressed', 'm=17..32 plain', 'm>32 fallback']."""
-    spans = []                                        # [first m, last m, path]; first m is '>32' for the tail
-    for line in layer.describe().split("\n")[1:]:
-        hit = _PATH_LINE.match(line)
-        if not hit:
-            continue
-        lo, hi, tail, path = hit.groups()
-        if tail:
-            spans.append([tail, None, path])
-        elif spans and spans[-1][2] == path and spans[-1][1] == int(lo) - 1:
-            spans[-1][1] = int(hi or lo)
+    """The path of every m range (layer.plan(m).path), adjacent m of one path merged: e.g. ['m=1..16 compressed',
+    'm=17..32 plain', 'm>32 fallback']."""
+    spans = []                                        # [first m, last m, path]
+    for m in range(1, MAX_M + 1):
+        path = layer.plan(m).path
+        if spans and spans[-1][2] == path:
+            spans[-1][1] = m
         else:
-            spans.append([int(lo), int(hi or lo), path])
-    return [f"m{a} {p}" if b is None else f"m={a} {p}" if a == b else f"m={a}..{b} {p}" for a, b, p in spans]
+            spans.append([m, m, path])
+    return [f"m={a} {p}" if a == b else f"m={a}..{b} {p}" for a, b, p in spans] + [f"m>{MAX_M} fallback"]
 
 
 def layer_bytes_held(layer):
@@ -272,8 +264,8 @@ SkippedLayer = collections.namedtuple("SkippedLayer", "name N K dtype why")
 
 
 class PatchReport:
-    """What patch() did: replaced (PatchedLayer: name, N, K, dtype, bias, paths (one 'm=a..b path' per m range, from
-    describe()), bytes_held (the prepared layer's tensors, layer_bytes_held), bytes_before (the nn.Linear's weight
+    """What patch() did: replaced (PatchedLayer: name, N, K, dtype, bias, paths (one 'm=a..b path' per m range:
+    layer_paths), bytes_held (the prepared layer's tensors, layer_bytes_held), bytes_before (the nn.Linear's weight
     and bias)), skipped (SkippedLayer: name, N, K, dtype, why), seconds, and torch.cuda.memory_allocated() before and
     after (None without CUDA). str() is the summary patch(verbose=True) prints; to_dict() is JSON-ready."""
 

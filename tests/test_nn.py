@@ -40,6 +40,9 @@ class FakeLayer:
                 f"  m=1..16   plain gemv_kernel GemvConfig(...)  [fake]\n"
                 f"  m=17..32  compressed gemvz_kernel GemvzConfig(...)  [fake]\n  m>32      fallback cuBLAS  [m > 32]")
 
+    def plan(self, m):
+        return S.PlanEntry("plain" if m <= 16 else "compressed", None, "fake")
+
 
 class Fake:
     """The fixture's handle: calls (the x of every kernel_fn call) and prepared (name -> FakeLayer)."""
@@ -462,11 +465,10 @@ def test_patch_verbose_prints_one_line_per_shape_and_progress_on_stderr(fake, ca
 
 
 def test_layer_paths_merges_adjacent_ranges_of_one_path():
-    class Split:
-        def describe(self):
-            return ("layer 'x' [16 x 64] bfloat16\n  12-bit format: ok\n  m=1..8    compressed gemvz A  [t]\n"
-                    "  m=9..16   compressed gemvz B  [t]\n  m=17      plain gemv C  [t]\n  m=18..32  plain gemv D  [t]\n"
-                    "  m>32      fallback cuBLAS (bf16 GEMM)  [m > 32]")
+    class Split:                                      # configs differ at m = 9 and 18: the paths merge across them
+        def plan(self, m):
+            return S.PlanEntry("compressed" if m <= 16 else "plain", ("A" if m <= 8 else "B") if m <= 16 else
+                               ("C" if m == 17 else "D"), "t")
     assert S.layer_paths(Split()) == ["m=1..16 compressed", "m=17..32 plain", "m>32 fallback"]
 
 
