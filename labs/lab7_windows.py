@@ -16,7 +16,7 @@ The study is of the table-lookup format shipped until session 17: a code word's 
 fragment element j into a window of 8 classes (any 8, looked up with prmt from two words TL, TH), the signs sit at
 ZSIGN_BIT, and a window whose exceptions are not all exact retries with class 0 in it (the zero-class form). "matrix"
 granularity is that format as shipped (one window per matrix). The format shipped now (labs/lab3_compress.py,
-FINDINGS.md section 19) is a window per row, contiguous 8 classes (zbase[r] .. zbase[r] + 7), no zero-class form, and
+FINDINGS.md section 8.4) is a window per row, contiguous 8 classes (zbase[r] .. zbase[r] + 7), no zero-class form, and
 exactness by moving a row's window rather than retrying with class 0: the "row" granularity with "contiguous"
 windows below minus the zero form (tests/test_lab7.py compares the two where they should agree). This file keeps its
 own copies of the table-lookup decoder (decz with TL / TH, lop3_or_and, decz_group, choose_window, ZSIGN_BIT), which
@@ -52,7 +52,7 @@ USAGE = __doc__[__doc__.index("    python"):__doc__.index("\n\nThe default run")
 
 
 # %% Motivation ------------------------------------------------------------------------------------
-# The 12-bit format as shipped until session 17 (FINDINGS 7.1) kept a bf16's low byte and its sign, and stored its
+# The 12-bit format as shipped until session 17 (FINDINGS 8.2) kept a bf16's low byte and its sign, and stored its
 # class (bits 14..8, e7..e1: a factor-4 range of magnitudes) as a 3-bit index into ONE window of 8 classes per
 # matrix. 8 classes are 16 binades: enough for one Gaussian-like distribution, not for rows whose scales differ by
 # 2**8 (per-channel scales or norms folded into W): `randn * 0.02 * 2**u`, u ~ U[-4, 4] per row, puts about 0.35% of
@@ -69,7 +69,7 @@ USAGE = __doc__[__doc__.index("    python"):__doc__.index("\n\nThe default run")
 #
 # "matrix" is the format submission.pack_z shipped until session 17 (one window per matrix). What ships now came out
 # of this study's "row contiguous" row: one contiguous window per row (8 bits), without the class-0 form, exceptions
-# made exact by moving the row's window instead (labs/lab3_compress.py, FINDINGS 19). Commit 34e5d9f (made while
+# made exact by moving the row's window instead (labs/lab3_compress.py, FINDINGS 8.4). Commit 34e5d9f (made while
 # this lab was written) gave every 16-row block its own window and sorted the rows by their most common class where
 # that halves the exceptions (its pack_z / compress / row_order / format_bits): the granularity "block16_autosort"
 # below.

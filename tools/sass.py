@@ -1,6 +1,6 @@
 """The machine code (SASS) of kernel instantiations, on a CPU machine: nvcc compiles them as tune.py's builder does
 (same renaming and flags as the shipped build), and the cuobjdump that ships inside the triton wheel
-(triton/backends/nvidia/bin, CUDA 12.8's, which reads sm_90a cubins) disassembles them.
+(triton/backends/nvidia/bin, triton 3.7.1 carries CUDA 13.1's, which reads sm_90a cubins) disassembles them.
 
     python tools/sass.py gemvz:8,1,1,2,2,2,0                   # summary of the working tree's kernel
     python tools/sass.py --define MUSE_SKIP_CORRECTIONS gemvz:8,1,1,2,2,2,0 --out /tmp/k.sass
@@ -40,7 +40,8 @@ def cuobjdump():
     try:
         import triton
     except ImportError:
-        raise SystemExit("[sass] needs the triton package (its wheel carries cuobjdump): pip install triton==3.6.0")
+        raise SystemExit("[sass] needs the triton package (its wheel carries cuobjdump): pip install triton==3.7.1 "
+                         "(README's CPU command)")
     p = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     if not os.access(p, os.X_OK):
         raise SystemExit(f"[sass] no cuobjdump at {p}")
