@@ -834,8 +834,8 @@ def main(argv=None):
     if not torch.cuda.is_available():
         print("[judge] no CUDA device: running the CPU checks only")
         ok = cpu_checks(sub, [l for l in layers if l in LAYERS])
-        print("[judge] timing and the GPU correctness suite need an H200 (CUDA not available here); "
-              f"CPU checks {'passed' if ok else 'FAILED'}")
+        print("[judge] timing and the GPU correctness suite need a Hopper GPU, an H100 or H200 (CUDA not available "
+              f"here); CPU checks {'passed' if ok else 'FAILED'}")
         return 0 if ok else 1
     device = torch.device("cuda")
     dev_name = torch.cuda.get_device_name()

@@ -8,7 +8,7 @@ import torch
 
 import judge
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the H200)")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (an H100 or H200)")
 
 import submission as S   # without CUDA (tests/conftest.py: MUSE_BUILD=0) it imports without building
 import cases             # tools/cases.py (tests/conftest.py puts tools/ on sys.path): variant builds

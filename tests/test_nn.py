@@ -20,7 +20,7 @@ import submission as S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BF16 = torch.bfloat16
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the H200)")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (an H100 or H200)")
 
 
 # ---- the CPU stand-in ---------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import torch
 
 import judge
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the H200)")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (an H100 or H200)")
 
 import submission as S
 import tune

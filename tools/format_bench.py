@@ -80,7 +80,7 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        print("[format] needs a CUDA device (an H200)")
+        print("[format] needs a CUDA device (an H100 or H200)")
         return 1
     layers, kinds = args.layers.split(","), args.weights.split(",")
     for k in kinds:
