@@ -3959,7 +3959,8 @@ def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=
           of its m; a plain row of the tables is passed over) and m > 32 rebuilds slices of W from that stream
           (dense_matmul), so the layer holds one copy, about 1.5 bytes a weight, and no reference to the caller's
           tensor, which the caller may free. A weight that does not compress keeps its packed plain copy (or copies)
-          and drops the tensor where every m can run from them. describe() says what the layer holds.
+          and drops the tensor where every m can run from them; with path= forced, that path's copy. describe() says
+          what the layer holds.
     Runs eagerly (may allocate, synchronize, verify). Returns a Layer; layer.describe() says what each m does.
     """
     check_weight(name, weight)
@@ -3981,10 +3982,11 @@ def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=
     def plan(m, compressible):
         return plan_for(name, N, K, m, L.dual, compressible, path, ctable, ztable)
 
-    # Which paths could be used: compress only if some m would take it.
     compressible = "fp32 weights take the DUAL plain path" if L.dual else (
         f"shape N={N}, K={K} not a multiple of 16 / 64" if not shape_ok else True)
-    if any(plan(m, compressible).path == "compressed" for m in range(1, MAX_M + 1)):
+    # Which paths could be used: compress only if some m would take it (every m, for one copy)
+    if (one_copy and path is None and compressible is True) or any(plan(m, compressible).path == "compressed"
+                                                                   for m in range(1, MAX_M + 1)):
         try:
             L.z = compress_verified(weight, ext, limits=path != "compressed")
             L.z_note = "ok"
@@ -4013,7 +4015,7 @@ def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=
         return p._replace(config=walk[0], why=p.why + walk[1])
 
     L.plans = [None] + [plan_m(m) for m in range(1, MAX_M + 1)]
-    if one_copy and L.z is not None:        # the 12-bit stream at every m: no plain copy beside it
+    if one_copy and path is None and L.z is not None:   # the 12-bit stream at every m: no plain copy beside it
         for m in range(1, MAX_M + 1):
             if L.plans[m].path != "plain":
                 continue
