@@ -15,9 +15,9 @@ edit the sources named here, never the output):
   * csrc/args.h: GemvArgs's runtime members and their setter, from muse/families.py RUNTIME.
   * README.md: the config-field table, from muse/families.py (FIELD_DOCS, the config types).
 Every table row is checked first: a known layer and m, the fields of its kernel family with int values, the
-family's misfit rule for the layer's shape (what prepare applies), and the device it was timed on (the card's own). A row that cannot run stops the build with one
-line naming the file, the row and the reason. build.py imports muse/families.py and muse/rules.py (torch-free), never
-submission.py.
+family's misfit rule for the layer's shape (what prepare applies), and the device it was timed on (the card's own).
+A row that cannot run stops the build with one line naming the file, the row and the reason. build.py imports
+muse/families.py and muse/rules.py (torch-free), never submission.py.
 """
 import argparse
 import ast
@@ -77,13 +77,14 @@ def load_cards():
     for c, v in cards.items():
         if not (re.fullmatch(r"[a-z0-9][a-z0-9_-]*", c) and isinstance(v, dict) and isinstance(v.get("name"), str)
                 and isinstance(v.get("sms"), int)):
-            raise TableError(f"tables/cards.json card {c!r}: expected a lowercase key and {{\"name\": str, \"sms\": int}}")
+            raise TableError(f"tables/cards.json card {c!r}: expected a lowercase key and "
+                             f"{{\"name\": str, \"sms\": int}}")
     return cards
 
 
 def card_of_device(cards, name, sms):
-    """The card key of a device (its name and SM count, as torch reports them), or None."""
-    return next((c for c, v in cards.items() if v["name"] == name and v["sms"] == sms), None)
+    """The card key of a device in tables/cards.json's cards, or None (muse/families.py card_of: the planner's rule)."""
+    return F.card_of({c: (v["name"], v["sms"]) for c, v in cards.items()}, name, sms)
 
 
 def new_card_key(cards, name):
@@ -252,10 +253,7 @@ def load_checked():
         layers = {d["layer"]: d for d in layer_list}
     except (TableError, KeyError, TypeError, AttributeError) as e:
         raise TableError(str(e) if isinstance(e, TableError) else f"tables/shapes.json: malformed: {e!r}") from None
-    try:
-        cards = load_cards()
-    except TableError as e:
-        raise TableError(str(e)) from None
+    cards = load_cards()
     got = {}
     for card, v in cards.items():
         for name in ("ctable.json", "ztable.json"):

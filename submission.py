@@ -67,6 +67,12 @@ MAX_CLUSTER = 16          # CTAs a cluster: 8 is portable, 16 needs the non-port
 MAX_M = 32                # tokens the kernels take: NB token blocks of 8, NB in {1, 2, 4}
 
 
+def card_of(cards, name, sms):
+    """The card of a device in cards ({card: (device name, SM count)}, as tables/cards.json lists them): the one whose
+    name and SM count are the device's, as torch reports them; None where none is."""
+    return next((c for c, (n, k) in cards.items() if n == name and k == sms), None)
+
+
 def set_hardware(hw):
     """Size the misfit rules and the planner for hw (a Hardware)."""
     global HW
@@ -158,7 +164,8 @@ def gemvtz_smem(nw, st, nb, ka, s=1, cl=0):
 
 def gemvtz_cta_smem(cfg, m):
     """All the shared memory of one gemvtz CTA of GemvtzConfig cfg at m: gemvtz_smem plus its static arrays (the
-    exception warp's ecorr and cooperative walk, coop_smem; the ring's mbarriers; the cluster mbarrier and ticket flag)."""
+    exception warp's ecorr and cooperative walk, coop_smem; the ring's mbarriers; the cluster mbarrier and ticket
+    flag)."""
     nb = nb_of(m)
     return (gemvtz_smem(cfg.nw, cfg.st, nb, cfg.ka, cfg.s, cfg.cl) + cfg.nw * 16 * (nb * 8 + 1) * 4 +
             coop_smem(cfg.nw, nb) + 16 * cfg.st + 32)
@@ -252,10 +259,7 @@ def gemvt_misfit(cfg, N, K, m, dual=False):
         return "gemvt_kernel (TMA + wgmma) takes bf16 weights only, not the DUAL router"
     if cfg.nw not in (4, 8, 12, 16) or cfg.st < 1 or cfg.ka < 1:
         return f"gemvt_kernel needs NW 4, 8, 12 or 16 (whole warpgroups) and st, ka >= 1: {cfg}"
-    if N % (16 * cfg.nw) or K % (64 * cfg.ka) or not 1 <= cfg.s <= K // (64 * cfg.ka):
-        return (f"gemvt_kernel: N={N} not a multiple of 16*NW={16 * cfg.nw}, or K={K} not a multiple of "
-                f"64*KA={64 * cfg.ka}, or S={cfg.s} not in 1..K/(64*KA) (S need not divide K)")
-    return _shared_misfit(cfg, cta_smem(cfg, m), hardware().smem_cta)
+    return _ring_misfit(cfg, N, K, m, "gemvt_kernel")
 
 
 def gemvtz_misfit(cfg, N, K, m, dual=False):
@@ -266,8 +270,14 @@ def gemvtz_misfit(cfg, N, K, m, dual=False):
         return "the compressed path takes bf16 weights only"
     if cfg.nw not in (4, 8) or cfg.st < 1 or cfg.ka not in (1, 2, 4):
         return f"gemvtz_kernel needs NW 4 or 8 (one or two warpgroups), st >= 1 and ka 1, 2 or 4: {cfg}"
+    return _ring_misfit(cfg, N, K, m, "gemvtz_kernel")
+
+
+def _ring_misfit(cfg, N, K, m, kernel):
+    """The rules both TMA rings share: whole 64-row tiles of 16 nw rows, whole stages of ka 64-k groups, S up to the
+    steps (the slices need not be equal), the CTA within the opt-in shared memory."""
     if N % (16 * cfg.nw) or K % (64 * cfg.ka) or not 1 <= cfg.s <= K // (64 * cfg.ka):
-        return (f"gemvtz_kernel: N={N} not a multiple of 16*NW={16 * cfg.nw}, or K={K} not a multiple of "
+        return (f"{kernel}: N={N} not a multiple of 16*NW={16 * cfg.nw}, or K={K} not a multiple of "
                 f"64*KA={64 * cfg.ka}, or S={cfg.s} not in 1..K/(64*KA) (S need not divide K)")
     return _shared_misfit(cfg, cta_smem(cfg, m), hardware().smem_cta)
 
@@ -275,7 +285,8 @@ def gemvtz_misfit(cfg, N, K, m, dual=False):
 # ---- the families ------------------------------------------------------------------------------------------------
 # template: the kernel's template parameters in order, each (NAME, source): a config field, or "nb" (nb_of(m)) or
 # "dual" (fp32 weights, a bool). weights: what the kernel reads ("plain": pack_plain's w and w2; "z": pack_z's stream,
-# windows and side table, which gemvz and gemvtz share; "tiles": pack_tma's tiles). letter: describe()'s short form, e.g. C(8,2,2).
+# windows and side table, which gemvz and gemvtz share; "tiles": pack_tma's tiles). letter: describe()'s short form,
+# e.g. C(8,2,2).
 Family = collections.namedtuple("Family", "name kernel config template misfit weights letter short_fields")
 FAMILIES = (
     Family("gemv", "gemv_kernel", GemvConfig,
@@ -1985,7 +1996,7 @@ template <int NW, int NB>
 __device__ __forceinline__ void ring_end(const float (&acc)[NB * 4], uint8_t* ring, float4* cbuf, MuseTrace& tr_,
                                          bf16* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem,
                                          int tid, int lane, int warp, int rg, int sidx, int S, int cl, int M,
-                                         int N, const float (*ecorr)[NB * 8 + 1] = nullptr) {
+                                         int N, const float (*ecorr)[NW * 16][NB * 8 + 1] = nullptr) {
   constexpr int NT = NW * 32, J = NB, P = NW * NB * 32;
   pdl_wait();
   __syncthreads();
@@ -1999,7 +2010,7 @@ __device__ __forceinline__ void ring_end(const float (&acc)[NB * 4], uint8_t* ri
   float4 res[J];
 #pragma unroll
   for (int j = 0; j < J; j++) res[j] = tid < NT ? red[tid + j * NT] : make_float4(0.f, 0.f, 0.f, 0.f);
-  if (ecorr) add_ecorr<NB, J, P, NT>(res, *reinterpret_cast<const float(*)[NW * 16][NB * 8 + 1]>(ecorr));
+  if (ecorr) add_ecorr<NB, J, P, NT>(res, *ecorr);
   combine_store<false, true, NB, NW, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
 
@@ -2256,7 +2267,7 @@ gemvtz_kernel(const __grid_constant__ GemvArgs args, const __grid_constant__ CUt
     wg_pin(acc);
     }
   }
-  ring_end<NW, NB>(acc, ring, cbuf, tr_, out, ws, sem, tid, lane, warp, rg, sidx, S, cl, M, N, ecorr);
+  ring_end<NW, NB>(acc, ring, cbuf, tr_, out, ws, sem, tid, lane, warp, rg, sidx, S, cl, M, N, &ecorr);
 }
 
 // ---- launch --------------------------------------------------------------------------------------------------
@@ -2980,21 +2991,38 @@ def pack_z(w):
     return ZPack(stream, base.to(torch.uint8), eptr, esc, capr, n_exc, exc_cols, len(bad))
 
 
+def decode_rows(z, r0, r1, ext=None):
+    """Rows r0 .. r1 - 1 (multiples of 16) of the 12-bit stream decoded by the kernels' own decz (ext's unpackz_kernel
+    on those row blocks, which are contiguous in the stream; default the shipped build): bf16 [r1 - r0, K], W but the
+    nearest window value v at out-of-window weights."""
+    K = z.stream.shape[1] * 64
+    dev = z.stream.device
+    out = torch.empty((r1 - r0, K), dtype=torch.bfloat16, device=dev)
+    st = z.stream.view(-1)[(r0 // 16) * (K // 64) * 1536:]
+    (shipped_extension() if ext is None else ext).unpackz(st.data_ptr(), z.zbase[r0:].data_ptr(), out.data_ptr(),
+                                                          r1 - r0, K, raw_stream(dev))
+    return out
+
+
+def exception_entries(z, r0, r1):
+    """The side-table entries of rows r0 .. r1 - 1: (row - r0, k, fp32 correction c) as tensors, row-major."""
+    e0, e1 = int(z.eptr[r0]), int(z.eptr[r1])
+    r = torch.repeat_interleave(torch.arange(r1 - r0, device=z.eptr.device),
+                                (z.eptr[r0 + 1:r1 + 1] - z.eptr[r0:r1]).long())
+    return r, z.esc[e0:e1, 0].long(), z.esc[e0:e1, 1].view(torch.float32)
+
+
 def verify_z(w, z, ext=None):
     """Decode z on the GPU with the kernel's own decz (ext's unpackz_kernel; default the shipped build) and compare
     with w bit for bit (exceptions: v + c; a zero weight may come back +0). Returns '' when exact, else a
     description of the first mismatch."""
     N, K = w.shape
-    dec = torch.empty((N, K), dtype=torch.bfloat16, device=w.device)
-    (shipped_extension() if ext is None else ext).unpackz(z.stream.data_ptr(), z.zbase.data_ptr(), dec.data_ptr(),
-                                                          N, K, raw_stream(w.device))
+    dec = decode_rows(z, 0, N, ext)
     db = dec.view(torch.int16)
     wb = w.view(torch.int16)
     same = db == wb
     if z.n_exc:
-        r = torch.arange(N, device=w.device).repeat_interleave((z.eptr[1:] - z.eptr[:-1]).long())
-        e = z.esc[:z.n_exc]
-        k, c = e[:, 0].long(), e[:, 1].view(torch.float32)
+        r, k, c = exception_entries(z, 0, N)
         back = dec[r, k].float() + c
         tgt = w[r, k].float()
         ok = _restores(back, tgt)
@@ -3135,7 +3163,7 @@ def current_card(hw=None):
     """The card whose tables this device takes (CARDS: the device name and SM count the rows were timed on), or None:
     a device of no card takes the planner for every shape. hw: a Hardware (default: the device's, hardware())."""
     hw = hardware() if hw is None else hw
-    return next((c for c, (name, sms) in CARDS.items() if name == hw.name and sms == hw.sms), None)
+    return card_of(CARDS, hw.name, hw.sms)
 
 
 def card_tables(card):
@@ -3370,7 +3398,7 @@ def plan_for(name, N, K, m, dual, compressible, force=None, ctable=None, ztable=
                          f"{'fp32 weights take the DUAL plain path' if dual else compressible}")
     ref = reference_m(name, m, (ztable, ctable))
     note = ""
-    nocard = f"; no tables for a {hardware().name} (tables/cards.json)" if card is None and not (ct or zt) else ""
+    nocard = f"; no tables for a {hardware().name} (tables/cards.json)" if card is None else ""
     if ref is not None:
         key = (name, ref)
         if key in ztable and force != "plain":
@@ -3447,7 +3475,7 @@ class Layer:
         if p.path == "plain":
             return 2 * self.N * self.K * (2 if self.dual else 1)
         if self.weight is None:                  # the m > 32 path rebuilds slices from the layer's own copy
-            return sum(t.numel() * t.element_size() for k, t in self._copies().items())
+            return sum(t.numel() * t.element_size() for t in self._copies().values())
         return self.weight.numel() * self.weight.element_size()
 
     def _copies(self):
@@ -3468,10 +3496,10 @@ class Layer:
         return out
 
     def bytes_held(self):
-        """GPU bytes this layer holds: its weight copies (and the caller's tensor while referenced) and the split-K
-        workspace."""
-        extra = sum(t.numel() * t.element_size() for t in (self.ws, self.sem) if t is not None)
-        return sum(t.numel() * t.element_size() for t in self._copies().values()) + extra
+        """GPU bytes this layer keeps alive: the storages of its weight copies (and of the caller's tensor while it is
+        referenced: the whole storage, a view's too) and of the split-K workspace, each counted once."""
+        tensors = list(self._copies().values()) + [t for t in (self.ws, self.sem) if t is not None]
+        return sum({(t.device, t.untyped_storage().data_ptr()): t.untyped_storage().nbytes() for t in tensors}.values())
 
     def exception_columns(self):
         """Columns k that hold at least one out-of-window weight (probe these: a lossy format fails)."""
@@ -3546,34 +3574,21 @@ class Layer:
         16 (of 64 from the tiles)."""
         if self.weight is not None:
             return self.weight[r0:r1]
-        rows, K = r1 - r0, self.K
         if self.z is not None:
-            z = self.z
             out = self._decode_rows(r0, r1)
-            e0, e1 = int(z.eptr[r0]), int(z.eptr[r1])
-            if e1 > e0:
-                r = torch.repeat_interleave(torch.arange(rows, device=self.device),
-                                            (z.eptr[r0 + 1:r1 + 1] - z.eptr[r0:r1]).long())
-                k = z.esc[e0:e1, 0].long()
-                v = out[r, k].float() + z.esc[e0:e1, 1].view(torch.float32)
-                out[r, k] = v.to(torch.bfloat16)
+            r, k, c = exception_entries(self.z, r0, r1)
+            out[r, k] = (out[r, k].float() + c).to(torch.bfloat16)
             return out
         if self.w is not None:
-            if self.dual:
-                return unpack_plain(self.w, r0 // 16, r1 // 16).float() + unpack_plain(self.w2, r0 // 16, r1 // 16).float()
-            return unpack_plain(self.w, r0 // 16, r1 // 16)
+            hi = unpack_plain(self.w, r0 // 16, r1 // 16)
+            return hi.float() + unpack_plain(self.w2, r0 // 16, r1 // 16).float() if self.dual else hi
         if self.wt is not None:
             return unpack_tma(self.wt, r0 // 64, r1 // 64)
         raise RuntimeError(f"layer '{self.name}' holds no copy of its weight")
 
     def _decode_rows(self, r0, r1):
-        """Rows r0 .. r1 - 1 of the 12-bit stream decoded by the kernels' own decz (unpackz_kernel on those row
-        blocks, which are contiguous in the stream): W, but the nearest window value v at out-of-window weights."""
-        rows, K = r1 - r0, self.K
-        out = torch.empty((rows, K), dtype=torch.bfloat16, device=self.device)
-        st = self.z.stream.view(-1)[(r0 // 16) * (K // 64) * 1536:]
-        self._ext.unpackz(st.data_ptr(), self.z.zbase[r0:].data_ptr(), out.data_ptr(), rows, K, raw_stream(self.device))
-        return out
+        """decode_rows with this layer's build (the CPU tests put lab 3's decoder here)."""
+        return decode_rows(self.z, r0, r1, self._ext)
 
     def set_config(self, m, cfg):
         """Use cfg (a config of any family: GemvConfig, GemvzConfig, GemvtConfig, GemvtzConfig) for m from now on
@@ -3627,9 +3642,9 @@ class Layer:
                 f" ({mb:.1f} MB){' DUAL hi+lo -> fp32 out' if self.dual else ''}; PDL {'on' if self.pdl else 'off'}")
         lines = [head]
         held = self.bytes_held()
+        drop = "" if self.weight is None else "; prepare(one_copy=True) drops the tensor and any second copy"
         lines.append(f"  holds {held / 1e6:.1f} MB ({held / (self.N * self.K):.2f} bytes a weight, split-K workspace "
-                     f"included): {', '.join(self._copies())}"
-                     f"{'' if self.weight is None else '; prepare(one_copy=True) drops the tensor and any second copy'}")
+                     f"included): {', '.join(self._copies())}{drop}")
         if self.z is not None:
             z = self.z
             rate = z.n_exc / (self.N * self.K)
@@ -3652,8 +3667,8 @@ class Layer:
             lines.append(f"  {rng:<9} {p.path}{cfg}  [{p.why}]")
             i = j + 1
         src = "the caller's tensor" if self.weight is not None else "slices rebuilt from the layer's own copy"
-        lines.append(f"  m>{MAX_M}      fallback cuBLAS ({'fp32 GEMM' if self.dual else 'bf16 GEMM, fp32 split-K sums'} "
-                     f"on {src}: fallback_matmul)  [m > {MAX_M}]")
+        gemm = "fp32 GEMM" if self.dual else "bf16 GEMM, fp32 split-K sums"
+        lines.append(f"  m>{MAX_M}      fallback cuBLAS ({gemm} on {src}: fallback_matmul)  [m > {MAX_M}]")
         return "\n".join(lines)
 
     __repr__ = describe
@@ -4000,6 +4015,11 @@ def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=
         L.z_note = "not used: the tables send every m to the plain path"
     whys = []     # why an m range of a compressible layer runs plain anyway (the 12-bit note when none takes it)
 
+    def with_walk(p, m):
+        """Compressed plan p with the exception walk its worst rows need, or why none hides under the stream (str)."""
+        walk = walk_for(L.z, p.config, m)
+        return walk if isinstance(walk, str) else p._replace(config=walk[0], why=p.why + walk[1])
+
     def plan_m(m):
         if L.z is None or path is not None:
             return plan(m, compressible)
@@ -4008,11 +4028,11 @@ def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=
         if p.path != "compressed":
             whys.append(pays)
             return p
-        walk = walk_for(L.z, p.config, m)
-        if isinstance(walk, str):
-            whys.append(walk)
-            return plan(m, walk)
-        return p._replace(config=walk[0], why=p.why + walk[1])
+        p = with_walk(p, m)
+        if isinstance(p, str):
+            whys.append(p)
+            return plan(m, p)
+        return p
 
     L.plans = [None] + [plan_m(m) for m in range(1, MAX_M + 1)]
     if one_copy and path is None and L.z is not None:   # the 12-bit stream at every m: no plain copy beside it
@@ -4020,15 +4040,11 @@ def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=
             if L.plans[m].path != "plain":
                 continue
             try:
-                p = plan_for(name, N, K, m, L.dual, True, "compressed", ctable, ztable)
+                p = with_walk(plan_for(name, N, K, m, L.dual, True, "compressed", ctable, ztable), m)
             except ValueError as e:
-                L.plans[m] = L.plans[m]._replace(why=L.plans[m].why + f"; one copy: no compressed config ({e})")
-                continue
-            walk = walk_for(L.z, p.config, m)
-            if isinstance(walk, str):
-                L.plans[m] = L.plans[m]._replace(why=L.plans[m].why + f"; one copy: {walk}")
-                continue
-            L.plans[m] = p._replace(config=walk[0], why=f"one copy: {p.why}{walk[1]}")
+                p = f"no compressed config ({e})"
+            L.plans[m] = (L.plans[m]._replace(why=f"{L.plans[m].why}; one copy: {p}") if isinstance(p, str) else
+                          p._replace(why=f"one copy: {p.why}"))
     if L.z is not None and not any(p.path == "compressed" for p in L.plans[1:]):   # no m takes it: drop the copy
         why = next((r for r in whys if r is not True), "the tables send every m to the plain path")
         L.z_note, L.z = f"not used: {why}", None
@@ -4161,30 +4177,6 @@ def layer_paths(layer):
     return [f"m={a} {p}" if a == b else f"m={a}..{b} {p}" for a, b, p in spans] + [f"m>{MAX_M} fallback"]
 
 
-def layer_bytes_held(layer):
-    """Bytes of GPU (or CPU) memory the layer's tensors hold: every distinct storage among its attributes and one
-    level inside them (the 12-bit ZPack's tensors, lists), counted whole once. It measures what the layer keeps
-    alive, whatever its attributes are called (weights, packed copies, workspace, semaphores)."""
-    seen, total = set(), 0
-
-    def add(t):
-        nonlocal total
-        s = t.untyped_storage()
-        key = (t.device, s.data_ptr())
-        if key not in seen:
-            seen.add(key)
-            total += s.nbytes()
-
-    for v in vars(layer).values():
-        if isinstance(v, torch.Tensor):
-            add(v)
-        elif isinstance(v, (tuple, list)):
-            for u in v:
-                if isinstance(u, torch.Tensor):
-                    add(u)
-    return total
-
-
 # ---- the module -------------------------------------------------------------------------------------------------
 class Linear(torch.nn.Module):
     """An nn.Linear for inference on the GPU: y = x @ W.T + b through a prepared layer (submission.prepare), so
@@ -4299,7 +4291,7 @@ SkippedLayer = collections.namedtuple("SkippedLayer", "name N K dtype why")
 
 class PatchReport:
     """What patch() did: replaced (PatchedLayer: name, N, K, dtype, bias, paths (one 'm=a..b path' per m range:
-    layer_paths), bytes_held (the prepared layer's tensors, layer_bytes_held), bytes_before (the nn.Linear's weight
+    layer_paths), bytes_held (what the prepared layer keeps alive: Layer.bytes_held), bytes_before (the nn.Linear's weight
     and bias)), skipped (SkippedLayer: name, N, K, dtype, why), seconds, and torch.cuda.memory_allocated() before and
     after (None without CUDA). str() is the summary patch(verbose=True) prints; to_dict() is JSON-ready."""
 
@@ -4473,7 +4465,7 @@ def patch(model, *, min_features=128, skip=(), tied=False, verbose=True, **prepa
             parent, _, leaf = n.rpartition(".")
             setattr(_submodule(model, parent), leaf, new)
         report.replaced.append(PatchedLayer(name, new.out_features, new.in_features, dtype, new.bias is not None,
-                                            list(new._paths), layer_bytes_held(new.layer), before))
+                                            list(new._paths), new.layer.bytes_held(), before))
         del new
         if every and ((i + 1) % every == 0 or i + 1 == len(todo)):
             print(f"[muse] patch: {i + 1}/{len(todo)} layers prepared, {time.time() - t0:.1f} s", file=sys.stderr,

@@ -17,7 +17,8 @@ written before the first layer's timings exist (a run that fails before leaves t
 How: one extension holds every candidate instantiation (plain NW in {4, 8, 16} x U in {1, 2, 4} x R in {1, 2, 4}
 x the six (loop, mb) pairs LOOP_MBS; compressed NW x UG in {1, 2, 4} x R x LOOP_MBS; gemvt NW in {4, 8} x ST x KA;
 gemvtz (m >= 9) NW in {4, 8} x GZ_STS x KA; for the NB and DUAL the selected shapes need), compiled from
-submission.KERNEL_SRC split over several .cu files so ninja builds them on all cores. Candidates that spill (local memory > 0, as the compiler reports) are dropped. Each candidate, with
+submission.KERNEL_SRC split over several .cu files so ninja builds them on all cores. Candidates that spill (local
+memory > 0, as the compiler reports) are dropped. Each candidate, with
 every S that divides K and each screen pf (--pf), is screened with a light replay count of SPEC's timing (P
 copies >= 2 GB, one graph of P back-to-back calls); the finalists are timed again with the full replay count,
 each also at every --pf-final value and with PDL off, and the winner of each path goes to tables/ctable.json

@@ -95,7 +95,7 @@ template <int NW, int NB>
 __device__ __forceinline__ void ring_end(const float (&acc)[NB * 4], uint8_t* ring, float4* cbuf, MuseTrace& tr_,
                                          bf16* __restrict__ out, float4* __restrict__ ws, int* __restrict__ sem,
                                          int tid, int lane, int warp, int rg, int sidx, int S, int cl, int M,
-                                         int N, const float (*ecorr)[NB * 8 + 1] = nullptr) {
+                                         int N, const float (*ecorr)[NW * 16][NB * 8 + 1] = nullptr) {
   constexpr int NT = NW * 32, J = NB, P = NW * NB * 32;
   pdl_wait();
   __syncthreads();
@@ -109,7 +109,7 @@ __device__ __forceinline__ void ring_end(const float (&acc)[NB * 4], uint8_t* ri
   float4 res[J];
 #pragma unroll
   for (int j = 0; j < J; j++) res[j] = tid < NT ? red[tid + j * NT] : make_float4(0.f, 0.f, 0.f, 0.f);
-  if (ecorr) add_ecorr<NB, J, P, NT>(res, *reinterpret_cast<const float(*)[NW * 16][NB * 8 + 1]>(ecorr));
+  if (ecorr) add_ecorr<NB, J, P, NT>(res, *ecorr);
   combine_store<false, true, NB, NW, J, P, NT>(res, tr_, out, cbuf, ws, sem, rg, sidx, S, cl, M, N);
 }
 

@@ -193,5 +193,5 @@ gemvtz_kernel(const __grid_constant__ GemvArgs args, const __grid_constant__ CUt
     wg_pin(acc);
     }
   }
-  ring_end<NW, NB>(acc, ring, cbuf, tr_, out, ws, sem, tid, lane, warp, rg, sidx, S, cl, M, N, ecorr);
+  ring_end<NW, NB>(acc, ring, cbuf, tr_, out, ws, sem, tid, lane, warp, rg, sidx, S, cl, M, N, &ecorr);
 }

@@ -84,6 +84,11 @@ def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=
         L.z_note = "not used: the tables send every m to the plain path"
     whys = []     # why an m range of a compressible layer runs plain anyway (the 12-bit note when none takes it)
 
+    def with_walk(p, m):
+        """Compressed plan p with the exception walk its worst rows need, or why none hides under the stream (str)."""
+        walk = walk_for(L.z, p.config, m)
+        return walk if isinstance(walk, str) else p._replace(config=walk[0], why=p.why + walk[1])
+
     def plan_m(m):
         if L.z is None or path is not None:
             return plan(m, compressible)
@@ -92,11 +97,11 @@ def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=
         if p.path != "compressed":
             whys.append(pays)
             return p
-        walk = walk_for(L.z, p.config, m)
-        if isinstance(walk, str):
-            whys.append(walk)
-            return plan(m, walk)
-        return p._replace(config=walk[0], why=p.why + walk[1])
+        p = with_walk(p, m)
+        if isinstance(p, str):
+            whys.append(p)
+            return plan(m, p)
+        return p
 
     L.plans = [None] + [plan_m(m) for m in range(1, MAX_M + 1)]
     if one_copy and path is None and L.z is not None:   # the 12-bit stream at every m: no plain copy beside it
@@ -104,15 +109,11 @@ def prepare(name, weight, *, path=None, pdl=None, ext=None, ctable=None, ztable=
             if L.plans[m].path != "plain":
                 continue
             try:
-                p = plan_for(name, N, K, m, L.dual, True, "compressed", ctable, ztable)
+                p = with_walk(plan_for(name, N, K, m, L.dual, True, "compressed", ctable, ztable), m)
             except ValueError as e:
-                L.plans[m] = L.plans[m]._replace(why=L.plans[m].why + f"; one copy: no compressed config ({e})")
-                continue
-            walk = walk_for(L.z, p.config, m)
-            if isinstance(walk, str):
-                L.plans[m] = L.plans[m]._replace(why=L.plans[m].why + f"; one copy: {walk}")
-                continue
-            L.plans[m] = p._replace(config=walk[0], why=f"one copy: {p.why}{walk[1]}")
+                p = f"no compressed config ({e})"
+            L.plans[m] = (L.plans[m]._replace(why=f"{L.plans[m].why}; one copy: {p}") if isinstance(p, str) else
+                          p._replace(why=f"one copy: {p.why}"))
     if L.z is not None and not any(p.path == "compressed" for p in L.plans[1:]):   # no m takes it: drop the copy
         why = next((r for r in whys if r is not True), "the tables send every m to the plain path")
         L.z_note, L.z = f"not used: {why}", None

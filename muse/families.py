@@ -24,6 +24,12 @@ MAX_CLUSTER = 16          # CTAs a cluster: 8 is portable, 16 needs the non-port
 MAX_M = 32                # tokens the kernels take: NB token blocks of 8, NB in {1, 2, 4}
 
 
+def card_of(cards, name, sms):
+    """The card of a device in cards ({card: (device name, SM count)}, as tables/cards.json lists them): the one whose
+    name and SM count are the device's, as torch reports them; None where none is."""
+    return next((c for c, (n, k) in cards.items() if n == name and k == sms), None)
+
+
 def set_hardware(hw):
     """Size the misfit rules and the planner for hw (a Hardware)."""
     global HW
@@ -115,7 +121,8 @@ def gemvtz_smem(nw, st, nb, ka, s=1, cl=0):
 
 def gemvtz_cta_smem(cfg, m):
     """All the shared memory of one gemvtz CTA of GemvtzConfig cfg at m: gemvtz_smem plus its static arrays (the
-    exception warp's ecorr and cooperative walk, coop_smem; the ring's mbarriers; the cluster mbarrier and ticket flag)."""
+    exception warp's ecorr and cooperative walk, coop_smem; the ring's mbarriers; the cluster mbarrier and ticket
+    flag)."""
     nb = nb_of(m)
     return (gemvtz_smem(cfg.nw, cfg.st, nb, cfg.ka, cfg.s, cfg.cl) + cfg.nw * 16 * (nb * 8 + 1) * 4 +
             coop_smem(cfg.nw, nb) + 16 * cfg.st + 32)
@@ -209,10 +216,7 @@ def gemvt_misfit(cfg, N, K, m, dual=False):
         return "gemvt_kernel (TMA + wgmma) takes bf16 weights only, not the DUAL router"
     if cfg.nw not in (4, 8, 12, 16) or cfg.st < 1 or cfg.ka < 1:
         return f"gemvt_kernel needs NW 4, 8, 12 or 16 (whole warpgroups) and st, ka >= 1: {cfg}"
-    if N % (16 * cfg.nw) or K % (64 * cfg.ka) or not 1 <= cfg.s <= K // (64 * cfg.ka):
-        return (f"gemvt_kernel: N={N} not a multiple of 16*NW={16 * cfg.nw}, or K={K} not a multiple of "
-                f"64*KA={64 * cfg.ka}, or S={cfg.s} not in 1..K/(64*KA) (S need not divide K)")
-    return _shared_misfit(cfg, cta_smem(cfg, m), hardware().smem_cta)
+    return _ring_misfit(cfg, N, K, m, "gemvt_kernel")
 
 
 def gemvtz_misfit(cfg, N, K, m, dual=False):
@@ -223,8 +227,14 @@ def gemvtz_misfit(cfg, N, K, m, dual=False):
         return "the compressed path takes bf16 weights only"
     if cfg.nw not in (4, 8) or cfg.st < 1 or cfg.ka not in (1, 2, 4):
         return f"gemvtz_kernel needs NW 4 or 8 (one or two warpgroups), st >= 1 and ka 1, 2 or 4: {cfg}"
+    return _ring_misfit(cfg, N, K, m, "gemvtz_kernel")
+
+
+def _ring_misfit(cfg, N, K, m, kernel):
+    """The rules both TMA rings share: whole 64-row tiles of 16 nw rows, whole stages of ka 64-k groups, S up to the
+    steps (the slices need not be equal), the CTA within the opt-in shared memory."""
     if N % (16 * cfg.nw) or K % (64 * cfg.ka) or not 1 <= cfg.s <= K // (64 * cfg.ka):
-        return (f"gemvtz_kernel: N={N} not a multiple of 16*NW={16 * cfg.nw}, or K={K} not a multiple of "
+        return (f"{kernel}: N={N} not a multiple of 16*NW={16 * cfg.nw}, or K={K} not a multiple of "
                 f"64*KA={64 * cfg.ka}, or S={cfg.s} not in 1..K/(64*KA) (S need not divide K)")
     return _shared_misfit(cfg, cta_smem(cfg, m), hardware().smem_cta)
 
@@ -232,7 +242,8 @@ def gemvtz_misfit(cfg, N, K, m, dual=False):
 # ---- the families ------------------------------------------------------------------------------------------------
 # template: the kernel's template parameters in order, each (NAME, source): a config field, or "nb" (nb_of(m)) or
 # "dual" (fp32 weights, a bool). weights: what the kernel reads ("plain": pack_plain's w and w2; "z": pack_z's stream,
-# windows and side table, which gemvz and gemvtz share; "tiles": pack_tma's tiles). letter: describe()'s short form, e.g. C(8,2,2).
+# windows and side table, which gemvz and gemvtz share; "tiles": pack_tma's tiles). letter: describe()'s short form,
+# e.g. C(8,2,2).
 Family = collections.namedtuple("Family", "name kernel config template misfit weights letter short_fields")
 FAMILIES = (
     Family("gemv", "gemv_kernel", GemvConfig,

@@ -6,10 +6,9 @@ import torch
 
 from .families import (FAMILIES, MAX_M, GemvConfig, GemvtConfig, config_misfit, family_of, family_path, instance_label,
                        kernel_name, runtime_values, template_args)
-from .extension import raw_stream
 from .packing import pack_plain, pack_tma, split_hi_lo, unpack_plain, unpack_tma
 from .planner import PlanEntry
-from .zformat import side_table_bits
+from .zformat import decode_rows, exception_entries, side_table_bits
 
 
 def pdl_default():
@@ -47,7 +46,7 @@ class Layer:
         if p.path == "plain":
             return 2 * self.N * self.K * (2 if self.dual else 1)
         if self.weight is None:                  # the m > 32 path rebuilds slices from the layer's own copy
-            return sum(t.numel() * t.element_size() for k, t in self._copies().items())
+            return sum(t.numel() * t.element_size() for t in self._copies().values())
         return self.weight.numel() * self.weight.element_size()
 
     def _copies(self):
@@ -68,10 +67,10 @@ class Layer:
         return out
 
     def bytes_held(self):
-        """GPU bytes this layer holds: its weight copies (and the caller's tensor while referenced) and the split-K
-        workspace."""
-        extra = sum(t.numel() * t.element_size() for t in (self.ws, self.sem) if t is not None)
-        return sum(t.numel() * t.element_size() for t in self._copies().values()) + extra
+        """GPU bytes this layer keeps alive: the storages of its weight copies (and of the caller's tensor while it is
+        referenced: the whole storage, a view's too) and of the split-K workspace, each counted once."""
+        tensors = list(self._copies().values()) + [t for t in (self.ws, self.sem) if t is not None]
+        return sum({(t.device, t.untyped_storage().data_ptr()): t.untyped_storage().nbytes() for t in tensors}.values())
 
     def exception_columns(self):
         """Columns k that hold at least one out-of-window weight (probe these: a lossy format fails)."""
@@ -146,34 +145,21 @@ class Layer:
         16 (of 64 from the tiles)."""
         if self.weight is not None:
             return self.weight[r0:r1]
-        rows, K = r1 - r0, self.K
         if self.z is not None:
-            z = self.z
             out = self._decode_rows(r0, r1)
-            e0, e1 = int(z.eptr[r0]), int(z.eptr[r1])
-            if e1 > e0:
-                r = torch.repeat_interleave(torch.arange(rows, device=self.device),
-                                            (z.eptr[r0 + 1:r1 + 1] - z.eptr[r0:r1]).long())
-                k = z.esc[e0:e1, 0].long()
-                v = out[r, k].float() + z.esc[e0:e1, 1].view(torch.float32)
-                out[r, k] = v.to(torch.bfloat16)
+            r, k, c = exception_entries(self.z, r0, r1)
+            out[r, k] = (out[r, k].float() + c).to(torch.bfloat16)
             return out
         if self.w is not None:
-            if self.dual:
-                return unpack_plain(self.w, r0 // 16, r1 // 16).float() + unpack_plain(self.w2, r0 // 16, r1 // 16).float()
-            return unpack_plain(self.w, r0 // 16, r1 // 16)
+            hi = unpack_plain(self.w, r0 // 16, r1 // 16)
+            return hi.float() + unpack_plain(self.w2, r0 // 16, r1 // 16).float() if self.dual else hi
         if self.wt is not None:
             return unpack_tma(self.wt, r0 // 64, r1 // 64)
         raise RuntimeError(f"layer '{self.name}' holds no copy of its weight")
 
     def _decode_rows(self, r0, r1):
-        """Rows r0 .. r1 - 1 of the 12-bit stream decoded by the kernels' own decz (unpackz_kernel on those row
-        blocks, which are contiguous in the stream): W, but the nearest window value v at out-of-window weights."""
-        rows, K = r1 - r0, self.K
-        out = torch.empty((rows, K), dtype=torch.bfloat16, device=self.device)
-        st = self.z.stream.view(-1)[(r0 // 16) * (K // 64) * 1536:]
-        self._ext.unpackz(st.data_ptr(), self.z.zbase[r0:].data_ptr(), out.data_ptr(), rows, K, raw_stream(self.device))
-        return out
+        """decode_rows with this layer's build (the CPU tests put lab 3's decoder here)."""
+        return decode_rows(self.z, r0, r1, self._ext)
 
     def set_config(self, m, cfg):
         """Use cfg (a config of any family: GemvConfig, GemvzConfig, GemvtConfig, GemvtzConfig) for m from now on
@@ -227,9 +213,9 @@ class Layer:
                 f" ({mb:.1f} MB){' DUAL hi+lo -> fp32 out' if self.dual else ''}; PDL {'on' if self.pdl else 'off'}")
         lines = [head]
         held = self.bytes_held()
+        drop = "" if self.weight is None else "; prepare(one_copy=True) drops the tensor and any second copy"
         lines.append(f"  holds {held / 1e6:.1f} MB ({held / (self.N * self.K):.2f} bytes a weight, split-K workspace "
-                     f"included): {', '.join(self._copies())}"
-                     f"{'' if self.weight is None else '; prepare(one_copy=True) drops the tensor and any second copy'}")
+                     f"included): {', '.join(self._copies())}{drop}")
         if self.z is not None:
             z = self.z
             rate = z.n_exc / (self.N * self.K)
@@ -252,8 +238,8 @@ class Layer:
             lines.append(f"  {rng:<9} {p.path}{cfg}  [{p.why}]")
             i = j + 1
         src = "the caller's tensor" if self.weight is not None else "slices rebuilt from the layer's own copy"
-        lines.append(f"  m>{MAX_M}      fallback cuBLAS ({'fp32 GEMM' if self.dual else 'bf16 GEMM, fp32 split-K sums'} "
-                     f"on {src}: fallback_matmul)  [m > {MAX_M}]")
+        gemm = "fp32 GEMM" if self.dual else "bf16 GEMM, fp32 split-K sums"
+        lines.append(f"  m>{MAX_M}      fallback cuBLAS ({gemm} on {src}: fallback_matmul)  [m > {MAX_M}]")
         return "\n".join(lines)
 
     __repr__ = describe

@@ -127,30 +127,6 @@ def layer_paths(layer):
     return [f"m={a} {p}" if a == b else f"m={a}..{b} {p}" for a, b, p in spans] + [f"m>{MAX_M} fallback"]
 
 
-def layer_bytes_held(layer):
-    """Bytes of GPU (or CPU) memory the layer's tensors hold: every distinct storage among its attributes and one
-    level inside them (the 12-bit ZPack's tensors, lists), counted whole once. It measures what the layer keeps
-    alive, whatever its attributes are called (weights, packed copies, workspace, semaphores)."""
-    seen, total = set(), 0
-
-    def add(t):
-        nonlocal total
-        s = t.untyped_storage()
-        key = (t.device, s.data_ptr())
-        if key not in seen:
-            seen.add(key)
-            total += s.nbytes()
-
-    for v in vars(layer).values():
-        if isinstance(v, torch.Tensor):
-            add(v)
-        elif isinstance(v, (tuple, list)):
-            for u in v:
-                if isinstance(u, torch.Tensor):
-                    add(u)
-    return total
-
-
 # ---- the module -------------------------------------------------------------------------------------------------
 class Linear(torch.nn.Module):
     """An nn.Linear for inference on the GPU: y = x @ W.T + b through a prepared layer (submission.prepare), so
@@ -265,7 +241,7 @@ SkippedLayer = collections.namedtuple("SkippedLayer", "name N K dtype why")
 
 class PatchReport:
     """What patch() did: replaced (PatchedLayer: name, N, K, dtype, bias, paths (one 'm=a..b path' per m range:
-    layer_paths), bytes_held (the prepared layer's tensors, layer_bytes_held), bytes_before (the nn.Linear's weight
+    layer_paths), bytes_held (what the prepared layer keeps alive: Layer.bytes_held), bytes_before (the nn.Linear's weight
     and bias)), skipped (SkippedLayer: name, N, K, dtype, why), seconds, and torch.cuda.memory_allocated() before and
     after (None without CUDA). str() is the summary patch(verbose=True) prints; to_dict() is JSON-ready."""
 
@@ -439,7 +415,7 @@ def patch(model, *, min_features=128, skip=(), tied=False, verbose=True, **prepa
             parent, _, leaf = n.rpartition(".")
             setattr(_submodule(model, parent), leaf, new)
         report.replaced.append(PatchedLayer(name, new.out_features, new.in_features, dtype, new.bias is not None,
-                                            list(new._paths), layer_bytes_held(new.layer), before))
+                                            list(new._paths), new.layer.bytes_held(), before))
         del new
         if every and ((i + 1) % every == 0 or i + 1 == len(todo)):
             print(f"[muse] patch: {i + 1}/{len(todo)} layers prepared, {time.time() - t0:.1f} s", file=sys.stderr,

@@ -17,8 +17,8 @@ import collections
 import functools
 
 from ._generated import CARDS, CTABLES, PLAN_MODELS, TABLE_SHAPES, ZTABLES
-from .families import (MAX_M, RING_CONFIGS, GemvzConfig, config_misfit, config_short, cta_smem, hardware, kernel_name,
-                       nb_of, rows_per_cta)
+from .families import (MAX_M, RING_CONFIGS, GemvzConfig, card_of, config_misfit, config_short, cta_smem, hardware,
+                       kernel_name, nb_of, rows_per_cta)
 from .rules import (DEFAULT_GEMV, DEFAULT_GEMVZ, PLAIN_GEMVT_MIN_BYTES, PLAN_MAX_S, PLAN_SPLIT_WAVES, PLAN_UNEVEN,
                     PLANNER)
 
@@ -29,7 +29,7 @@ def current_card(hw=None):
     """The card whose tables this device takes (CARDS: the device name and SM count the rows were timed on), or None:
     a device of no card takes the planner for every shape. hw: a Hardware (default: the device's, hardware())."""
     hw = hardware() if hw is None else hw
-    return next((c for c, (name, sms) in CARDS.items() if name == hw.name and sms == hw.sms), None)
+    return card_of(CARDS, hw.name, hw.sms)
 
 
 def card_tables(card):
@@ -264,7 +264,7 @@ def plan_for(name, N, K, m, dual, compressible, force=None, ctable=None, ztable=
                          f"{'fp32 weights take the DUAL plain path' if dual else compressible}")
     ref = reference_m(name, m, (ztable, ctable))
     note = ""
-    nocard = f"; no tables for a {hardware().name} (tables/cards.json)" if card is None and not (ct or zt) else ""
+    nocard = f"; no tables for a {hardware().name} (tables/cards.json)" if card is None else ""
     if ref is not None:
         key = (name, ref)
         if key in ztable and force != "plain":

@@ -147,21 +147,38 @@ def pack_z(w):
     return ZPack(stream, base.to(torch.uint8), eptr, esc, capr, n_exc, exc_cols, len(bad))
 
 
+def decode_rows(z, r0, r1, ext=None):
+    """Rows r0 .. r1 - 1 (multiples of 16) of the 12-bit stream decoded by the kernels' own decz (ext's unpackz_kernel
+    on those row blocks, which are contiguous in the stream; default the shipped build): bf16 [r1 - r0, K], W but the
+    nearest window value v at out-of-window weights."""
+    K = z.stream.shape[1] * 64
+    dev = z.stream.device
+    out = torch.empty((r1 - r0, K), dtype=torch.bfloat16, device=dev)
+    st = z.stream.view(-1)[(r0 // 16) * (K // 64) * 1536:]
+    (shipped_extension() if ext is None else ext).unpackz(st.data_ptr(), z.zbase[r0:].data_ptr(), out.data_ptr(),
+                                                          r1 - r0, K, raw_stream(dev))
+    return out
+
+
+def exception_entries(z, r0, r1):
+    """The side-table entries of rows r0 .. r1 - 1: (row - r0, k, fp32 correction c) as tensors, row-major."""
+    e0, e1 = int(z.eptr[r0]), int(z.eptr[r1])
+    r = torch.repeat_interleave(torch.arange(r1 - r0, device=z.eptr.device),
+                                (z.eptr[r0 + 1:r1 + 1] - z.eptr[r0:r1]).long())
+    return r, z.esc[e0:e1, 0].long(), z.esc[e0:e1, 1].view(torch.float32)
+
+
 def verify_z(w, z, ext=None):
     """Decode z on the GPU with the kernel's own decz (ext's unpackz_kernel; default the shipped build) and compare
     with w bit for bit (exceptions: v + c; a zero weight may come back +0). Returns '' when exact, else a
     description of the first mismatch."""
     N, K = w.shape
-    dec = torch.empty((N, K), dtype=torch.bfloat16, device=w.device)
-    (shipped_extension() if ext is None else ext).unpackz(z.stream.data_ptr(), z.zbase.data_ptr(), dec.data_ptr(),
-                                                          N, K, raw_stream(w.device))
+    dec = decode_rows(z, 0, N, ext)
     db = dec.view(torch.int16)
     wb = w.view(torch.int16)
     same = db == wb
     if z.n_exc:
-        r = torch.arange(N, device=w.device).repeat_interleave((z.eptr[1:] - z.eptr[:-1]).long())
-        e = z.esc[:z.n_exc]
-        k, c = e[:, 0].long(), e[:, 1].view(torch.float32)
+        r, k, c = exception_entries(z, 0, N)
         back = dec[r, k].float() + c
         tgt = w[r, k].float()
         ok = _restores(back, tgt)

@@ -43,6 +43,9 @@ class FakeLayer:
     def plan(self, m):
         return S.PlanEntry("plain" if m <= 16 else "compressed", None, "fake")
 
+    def bytes_held(self):
+        return self.w.untyped_storage().nbytes()
+
 
 class Fake:
     """The fixture's handle: calls (the x of every kernel_fn call) and prepared (name -> FakeLayer)."""
